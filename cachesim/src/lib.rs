@@ -1,0 +1,1 @@
+//! Cache and branch-predictor models (filled in by the cachesim work).

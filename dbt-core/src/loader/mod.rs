@@ -1,0 +1,1 @@
+//! Guest loading (filled in by the loader work).

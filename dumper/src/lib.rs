@@ -1,0 +1,1 @@
+//! Symbolised costs and Valgrind-format profile files (filled in by the dumper work).

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("rgrind: not yet implemented");
+    std::process::exit(1);
+}
