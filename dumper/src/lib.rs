@@ -1,1 +1,10 @@
-//! Symbolised costs and Valgrind-format profile files (filled in by the dumper work).
+//! Symbolised costs and Valgrind-format profile files.
+#![deny(unsafe_code)]
+
+pub mod error;
+pub mod outfile;
+pub mod symbols;
+
+pub use error::DumpError;
+pub use outfile::{OutFileTemplate, TemplateError};
+pub use symbols::{Location, ModuleInfo, ModuleSource, Symbolizer};

@@ -1,0 +1,484 @@
+//! Per-module symbol, section and line tables, built once from an ELF image and its DWARF.
+//!
+//! Symbols come from `.dynsym` (with symbol versions, `@@VER` for the default version and
+//! `@VER` for hidden ones) and `.symtab` of the image and of its separate debug file
+//! (`/usr/lib/debug/.build-id/xx/rest.debug` or `.gnu_debuglink`). Aliases at one address are
+//! resolved with Valgrind's `preferName` rule. Line rows come from the DWARF line programs,
+//! with file names built as Valgrind builds them (`dir/name`, no normalisation).
+//!
+//! # Invariants
+//! * `syms` is sorted by `start` with unique starts; every symbol has `size > 0`.
+//! * `rows` is sorted by address; a row with `file == NO_FILE` ends a sequence.
+//! * All addresses here are link-time addresses (runtime address minus the load bias).
+//!
+//! This module deliberately does not know about runtime addresses or the output formats.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use object::read::elf::ElfFile64;
+use object::{Object, ObjectSection, ObjectSymbol, SectionKind as ObjSectionKind, SymbolKind};
+
+use crate::error::DumpError;
+
+/// Reader type used for DWARF.
+pub(crate) type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
+
+/// The kind of section an address lies in (Callgrind uses it to name unnamed code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SectionKind {
+    /// Ordinary code or unknown.
+    Text,
+    /// `.plt`, `.plt.got`, `.plt.sec`.
+    Plt,
+    /// `.got`, `.got.plt`.
+    Got,
+    /// Initialised data.
+    Data,
+    /// `.bss`.
+    Bss,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Sym {
+    pub start: u64,
+    pub end: u64,
+    /// The chosen raw (mangled) name.
+    pub raw: Arc<str>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row {
+    pub addr: u64,
+    pub file: u32,
+    pub line: u32,
+}
+
+pub(crate) const NO_FILE: u32 = u32::MAX;
+
+/// The tables of one module.
+pub(crate) struct ModuleTables {
+    pub syms: Vec<Sym>,
+    pub sections: Vec<(u64, u64, SectionKind)>,
+    pub files: Vec<Arc<str>>,
+    pub rows: Vec<Row>,
+    dwarf_sections: Option<HashMap<gimli::SectionId, Reader>>,
+    endian: gimli::RunTimeEndian,
+    inline_ctx: OnceLock<Option<addr2line::Context<Reader>>>,
+}
+
+/// One inlined frame, innermost first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InlinedFrame {
+    /// The (demangled) name of the function at this level, if DWARF names it.
+    pub function: Option<String>,
+    /// The source file of this level's location.
+    pub file: Option<String>,
+    /// The source line (0 when unknown).
+    pub line: u32,
+}
+
+/// Valgrind's `preferName`: true if `a` is preferred over `b`.
+pub(crate) fn prefer_name(a: &str, b: &str) -> bool {
+    let blank = |s: &str| s.trim().is_empty();
+    if blank(a) != blank(b) {
+        return !blank(a);
+    }
+    let base = |s: &str| s.find('@').unwrap_or(s.len());
+    let (la, lb) = (base(a), base(b));
+    if la != lb {
+        return la < lb;
+    }
+    let (va, vb) = (a.contains('@'), b.contains('@'));
+    if va != vb {
+        return va;
+    }
+    a < b
+}
+
+fn elf_err(path: &Path, e: impl std::fmt::Display) -> DumpError {
+    DumpError::Elf {
+        path: path.display().to_string(),
+        msg: e.to_string(),
+    }
+}
+
+impl ModuleTables {
+    /// Builds the tables for an ELF image (`data`) whose name is `path`.
+    pub(crate) fn build(path: &Path, data: &[u8], look_for_debug: bool) -> Result<Self, DumpError> {
+        let file = object::File::parse(data).map_err(|e| elf_err(path, e))?;
+        let mut named: HashMap<u64, (u64, Arc<str>)> = HashMap::new();
+        let mut sections = Vec::new();
+        collect_sections(&file, &mut sections);
+        collect_symbols(&file, &mut named);
+        collect_dynsym_versions(data, &mut named);
+
+        let mut debug_data: Option<Vec<u8>> = None;
+        if look_for_debug {
+            if let Some(p) = find_debug_file(path, &file) {
+                if let Ok(d) = std::fs::read(&p) {
+                    debug_data = Some(d);
+                }
+            }
+        }
+        let debug_file = match &debug_data {
+            Some(d) => object::File::parse(&d[..]).ok(),
+            None => None,
+        };
+        if let Some(df) = &debug_file {
+            collect_symbols(df, &mut named);
+        }
+
+        let mut syms: Vec<Sym> = named
+            .into_iter()
+            .map(|(start, (size, raw))| Sym {
+                start,
+                end: start.saturating_add(size),
+                raw,
+            })
+            .collect();
+        syms.sort_by_key(|s| s.start);
+
+        let endian = if file.is_little_endian() {
+            gimli::RunTimeEndian::Little
+        } else {
+            gimli::RunTimeEndian::Big
+        };
+        // DWARF from the image if it has a line table, else from the debug file.
+        let has_lines = |f: &object::File| {
+            f.section_by_name(".debug_line")
+                .is_some_and(|s| s.size() > 0 && s.kind() != ObjSectionKind::UninitializedData)
+        };
+        let dwarf_src = if has_lines(&file) {
+            Some(&file)
+        } else {
+            debug_file.as_ref().filter(|f| has_lines(f))
+        };
+        let dwarf_sections = dwarf_src.map(|f| load_sections(f, endian));
+        let mut files = Vec::new();
+        let mut rows = Vec::new();
+        if let Some(secs) = &dwarf_sections {
+            if let Some(dwarf) = make_dwarf(secs, endian) {
+                // A broken line table loses line info but keeps symbols, as Valgrind does.
+                let _ = read_lines(&dwarf, &mut files, &mut rows);
+            }
+        }
+        rows.sort_by_key(|r| (r.addr, r.file != NO_FILE));
+        Ok(ModuleTables {
+            syms,
+            sections,
+            files,
+            rows,
+            dwarf_sections,
+            endian,
+            inline_ctx: OnceLock::new(),
+        })
+    }
+
+    /// The symbol containing `addr` (link-time).
+    pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
+        let idx = self.syms.partition_point(|s| s.start <= addr);
+        // Nested symbols are rare; look back a few entries for one that contains addr.
+        self.syms[..idx]
+            .iter()
+            .rev()
+            .take(8)
+            .find(|s| addr < s.end)
+    }
+
+    /// The (file id, line) of `addr`, if the line table covers it.
+    pub(crate) fn line(&self, addr: u64) -> Option<(u32, u32)> {
+        let idx = self.rows.partition_point(|r| r.addr <= addr);
+        let r = self.rows.get(idx.checked_sub(1)?)?;
+        (r.file != NO_FILE).then_some((r.file, r.line))
+    }
+
+    /// The section kind of `addr`.
+    pub(crate) fn section_kind(&self, addr: u64) -> SectionKind {
+        self.sections
+            .iter()
+            .find(|(s, e, _)| *s <= addr && addr < *e)
+            .map_or(SectionKind::Text, |x| x.2)
+    }
+
+    /// The inlined frames at `addr`, innermost first (empty without DWARF or inlining).
+    pub(crate) fn inlined(&self, addr: u64) -> Vec<InlinedFrame> {
+        let ctx = self.inline_ctx.get_or_init(|| {
+            let secs = self.dwarf_sections.as_ref()?;
+            addr2line::Context::from_dwarf(make_dwarf(secs, self.endian)?).ok()
+        });
+        let Some(ctx) = ctx else { return Vec::new() };
+        let mut out = Vec::new();
+        let Ok(mut frames) = ctx.find_frames(addr).skip_all_loads() else {
+            return out;
+        };
+        while let Ok(Some(f)) = frames.next() {
+            let function = f
+                .function
+                .as_ref()
+                .and_then(|n| n.raw_name().ok().map(|s| super::demangle::demangle(s.as_ref())));
+            let (file, line) = match &f.location {
+                Some(l) => (l.file.map(str::to_string), l.line.unwrap_or(0)),
+                None => (None, 0),
+            };
+            out.push(InlinedFrame {
+                function,
+                file,
+                line,
+            });
+        }
+        out
+    }
+}
+
+fn collect_sections(file: &object::File, out: &mut Vec<(u64, u64, SectionKind)>) {
+    for s in file.sections() {
+        let name = s.name().unwrap_or("");
+        let kind = if name.starts_with(".plt") {
+            SectionKind::Plt
+        } else if name.starts_with(".got") {
+            SectionKind::Got
+        } else if name == ".bss" {
+            SectionKind::Bss
+        } else if name == ".data" || name == ".rodata" {
+            SectionKind::Data
+        } else {
+            continue;
+        };
+        if s.address() != 0 && s.size() != 0 {
+            out.push((s.address(), s.address().saturating_add(s.size()), kind));
+        }
+    }
+}
+
+/// Adds the usable function symbols of `file` (`.symtab` and `.dynsym`) to `named`.
+fn collect_symbols(file: &object::File, named: &mut HashMap<u64, (u64, Arc<str>)>) {
+    for sym in file.symbols().chain(file.dynamic_symbols()) {
+        if sym.kind() != SymbolKind::Text || sym.is_undefined() {
+            continue;
+        }
+        let (addr, size) = (sym.address(), sym.size());
+        if addr == 0 || size == 0 {
+            continue;
+        }
+        let Ok(name) = sym.name() else { continue };
+        if name.is_empty() {
+            continue;
+        }
+        add_name(named, addr, size, name);
+    }
+}
+
+fn add_name(named: &mut HashMap<u64, (u64, Arc<str>)>, addr: u64, size: u64, name: &str) {
+    match named.get_mut(&addr) {
+        Some((sz, cur)) => {
+            *sz = (*sz).max(size);
+            if prefer_name(name, cur) {
+                *cur = Arc::from(name);
+            }
+        }
+        None => {
+            named.insert(addr, (size, Arc::from(name)));
+        }
+    }
+}
+
+/// Adds `name@VER` / `name@@VER` for versioned dynamic symbols (ELF64 only).
+fn collect_dynsym_versions(data: &[u8], named: &mut HashMap<u64, (u64, Arc<str>)>) {
+    let Ok(elf) = ElfFile64::<object::Endianness>::parse(data) else {
+        return;
+    };
+    let endian = elf.endian();
+    let sections = elf.elf_section_table();
+    let Ok(Some(versions)) = sections.versions(endian, data) else {
+        return;
+    };
+    let Ok(Some(dynsyms)) = sections.symbols(endian, data, object::elf::SHT_DYNSYM).map(Some)
+    else {
+        return;
+    };
+    for (i, sym) in dynsyms.symbols().iter().enumerate() {
+        use object::read::elf::Sym as _;
+        let st_type = sym.st_type();
+        if st_type != object::elf::STT_FUNC && st_type != object::elf::STT_GNU_IFUNC {
+            continue;
+        }
+        let (addr, size) = (sym.st_value(endian), sym.st_size(endian));
+        if addr == 0 || size == 0 || sym.st_shndx(endian) == object::elf::SHN_UNDEF {
+            continue;
+        }
+        let Ok(name) = sym.name(endian, dynsyms.strings()) else {
+            continue;
+        };
+        let Ok(name) = std::str::from_utf8(name) else {
+            continue;
+        };
+        let vi = versions.version_index(endian, object::SymbolIndex(i));
+        let Ok(Some(ver)) = versions.version(vi.index()) else {
+            continue;
+        };
+        let Ok(vname) = std::str::from_utf8(ver.name()) else {
+            continue;
+        };
+        let sep = if vi.is_hidden() { "@" } else { "@@" };
+        add_name(named, addr, size, &format!("{name}{sep}{vname}"));
+    }
+}
+
+/// Finds the separate debug file: build-id first, then `.gnu_debuglink` next to the file,
+/// in `.debug/` and under `/usr/lib/debug`.
+fn find_debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
+    if let Ok(Some(id)) = file.build_id() {
+        if id.len() >= 2 {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let p = PathBuf::from(format!(
+                "/usr/lib/debug/.build-id/{}/{}.debug",
+                &hex[..2],
+                &hex[2..]
+            ));
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    if let Ok(Some((name, _crc))) = file.gnu_debuglink() {
+        let name = std::str::from_utf8(name).ok()?;
+        let dir = path.parent()?;
+        let cands = [
+            dir.join(name),
+            dir.join(".debug").join(name),
+            Path::new("/usr/lib/debug")
+                .join(dir.strip_prefix("/").unwrap_or(dir))
+                .join(name),
+        ];
+        return cands.into_iter().find(|p| p.is_file() && p != path);
+    }
+    None
+}
+
+fn load_sections(
+    file: &object::File,
+    endian: gimli::RunTimeEndian,
+) -> HashMap<gimli::SectionId, Reader> {
+    let ids = [
+        gimli::SectionId::DebugAbbrev,
+        gimli::SectionId::DebugAddr,
+        gimli::SectionId::DebugAranges,
+        gimli::SectionId::DebugInfo,
+        gimli::SectionId::DebugLine,
+        gimli::SectionId::DebugLineStr,
+        gimli::SectionId::DebugLoc,
+        gimli::SectionId::DebugLocLists,
+        gimli::SectionId::DebugRanges,
+        gimli::SectionId::DebugRngLists,
+        gimli::SectionId::DebugStr,
+        gimli::SectionId::DebugStrOffsets,
+        gimli::SectionId::DebugTypes,
+    ];
+    let mut map = HashMap::new();
+    for id in ids {
+        let data: Cow<[u8]> = match file.section_by_name(id.name()) {
+            Some(s) => s.uncompressed_data().unwrap_or(Cow::Borrowed(&[])),
+            None => Cow::Borrowed(&[]),
+        };
+        map.insert(id, gimli::EndianArcSlice::new(Arc::from(&*data), endian));
+    }
+    map
+}
+
+fn make_dwarf(
+    secs: &HashMap<gimli::SectionId, Reader>,
+    endian: gimli::RunTimeEndian,
+) -> Option<gimli::Dwarf<Reader>> {
+    let empty = gimli::EndianArcSlice::new(Arc::from(&[][..]), endian);
+    let load = |id: gimli::SectionId| -> Result<Reader, gimli::Error> {
+        Ok(secs.get(&id).cloned().unwrap_or_else(|| empty.clone()))
+    };
+    gimli::Dwarf::load(load).ok()
+}
+
+fn read_lines(
+    dwarf: &gimli::Dwarf<Reader>,
+    files: &mut Vec<Arc<str>>,
+    rows: &mut Vec<Row>,
+) -> Result<(), gimli::Error> {
+    use gimli::Reader as _;
+    let mut interned: HashMap<String, u32> = HashMap::new();
+    let mut units = dwarf.units();
+    while let Some(header) = units.next()? {
+        let Ok(unit) = dwarf.unit(header) else {
+            continue;
+        };
+        let Some(program) = unit.line_program.clone() else {
+            continue;
+        };
+        let mut cache: HashMap<u64, u32> = HashMap::new();
+        let mut state = program.rows();
+        while let Some((header, row)) = state.next_row()? {
+            if row.end_sequence() {
+                rows.push(Row {
+                    addr: row.address(),
+                    file: NO_FILE,
+                    line: 0,
+                });
+                continue;
+            }
+            let fidx = row.file_index();
+            let fid = match cache.get(&fidx) {
+                Some(f) => *f,
+                None => {
+                    let name = match header.file(fidx) {
+                        Some(entry) => {
+                            let name = dwarf
+                                .attr_string(&unit, entry.path_name())
+                                .ok()
+                                .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()))
+                                .unwrap_or_default();
+                            let dir = entry
+                                .directory(header)
+                                .and_then(|d| dwarf.attr_string(&unit, d).ok())
+                                .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()))
+                                .unwrap_or_default();
+                            if dir.is_empty() || name.starts_with('/') {
+                                name
+                            } else {
+                                format!("{dir}/{name}")
+                            }
+                        }
+                        None => "???".to_string(),
+                    };
+                    let next = u32::try_from(files.len()).unwrap_or(NO_FILE - 1);
+                    let id = *interned.entry(name.clone()).or_insert_with(|| {
+                        files.push(Arc::from(name.as_str()));
+                        next
+                    });
+                    cache.insert(fidx, id);
+                    id
+                }
+            };
+            let line = row.line().map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
+            rows.push(Row {
+                addr: row.address(),
+                file: fid,
+                line,
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefer_name_rules() {
+        assert!(prefer_name("bcmp", "memcmp"));
+        assert!(prefer_name("__libc_start_main@@GLIBC_2.34", "__libc_start_main"));
+        assert!(!prefer_name("__libc_start_main", "__libc_start_main@@GLIBC_2.34"));
+        assert!(prefer_name("abc", "abd"));
+        assert!(prefer_name("x", " "));
+    }
+}

@@ -1,0 +1,266 @@
+//! Symbolisation: runtime guest address -> object, file, function, line, as Valgrind shows them.
+//!
+//! The caller lists every mapped module ([`ModuleInfo`]: executable, loader, libraries and the
+//! vDSO, whose image is passed in memory). [`Symbolizer::lookup`] finds the module by its
+//! mapped ranges and answers from that module's tables, which are built on first use and then
+//! kept, so symbolising many addresses of a large binary costs one table build per module and a
+//! binary search per address.
+//!
+//! # Invariants
+//! * `ranges` is sorted by start and ranges do not overlap (later modules win on overlap).
+//! * A module whose file cannot be read or parsed still gives its object name, with `???`
+//!   for function and file (what Valgrind shows for code without a DebugInfo).
+//!
+//! This module deliberately does no output formatting beyond names: the writers decide how
+//! `???`, hex names and relative addresses are printed.
+
+pub mod demangle;
+pub(crate) mod elf;
+
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+pub use elf::{InlinedFrame, SectionKind};
+
+use crate::error::DumpError;
+use elf::ModuleTables;
+
+/// Where a module's ELF image comes from.
+#[derive(Debug, Clone, Default)]
+pub enum ModuleSource {
+    /// Read `ModuleInfo::path` from disk (and its separate debug file, if any).
+    #[default]
+    File,
+    /// The image bytes, for modules with no file (the vDSO).
+    Memory(Vec<u8>),
+}
+
+/// One mapped ELF module.
+#[derive(Debug, Clone)]
+pub struct ModuleInfo {
+    /// The object name printed in `ob=` (the mapped file after symlink resolution, or e.g.
+    /// `[vdso]`).
+    pub path: PathBuf,
+    /// Runtime address minus link-time address (0 for a non-PIE executable).
+    pub load_bias: u64,
+    /// The runtime `[start, end)` ranges mapped from this module (its executable segments at
+    /// least).
+    pub ranges: Vec<(u64, u64)>,
+    /// Where the image is read from.
+    pub source: ModuleSource,
+}
+
+impl ModuleInfo {
+    /// A module read from `path`.
+    pub fn file(path: impl Into<PathBuf>, load_bias: u64, ranges: Vec<(u64, u64)>) -> Self {
+        ModuleInfo {
+            path: path.into(),
+            load_bias,
+            ranges,
+            source: ModuleSource::File,
+        }
+    }
+
+    /// A module whose image is in memory (the vDSO).
+    pub fn memory(
+        name: impl Into<PathBuf>,
+        load_bias: u64,
+        ranges: Vec<(u64, u64)>,
+        image: Vec<u8>,
+    ) -> Self {
+        ModuleInfo {
+            path: name.into(),
+            load_bias,
+            ranges,
+            source: ModuleSource::Memory(image),
+        }
+    }
+}
+
+/// What a runtime address means.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Location {
+    /// The object (module path), `None` for an unmapped address (Valgrind prints `???`).
+    pub object: Option<Arc<str>>,
+    /// Link-time address: runtime address minus the module's load bias (the address itself
+    /// when no module maps it).
+    pub offset: u64,
+    /// Source file (`dir/name` as in the line table), `None` when unknown.
+    pub file: Option<Arc<str>>,
+    /// Function name, demangled, version suffix kept, `(below main)` applied; `None` when no
+    /// symbol covers the address.
+    pub function: Option<String>,
+    /// Runtime start address of the symbol, when there is one.
+    pub function_start: Option<u64>,
+    /// Source line, 0 when unknown.
+    pub line: u32,
+    /// The section kind of the address.
+    pub section: SectionKind,
+    /// Inlined frames, innermost first (only filled by [`Symbolizer::lookup`]).
+    pub inlined: Vec<InlinedFrame>,
+}
+
+impl Location {
+    /// The function name as Cachegrind prints it (`???` when unknown).
+    pub fn fn_name(&self) -> &str {
+        self.function.as_deref().unwrap_or("???")
+    }
+
+    /// The file name as both tools print it (`???` when unknown).
+    pub fn file_name(&self) -> &str {
+        self.file.as_deref().unwrap_or("???")
+    }
+
+    /// The object name as Callgrind prints it (`???` when unknown).
+    pub fn object_name(&self) -> &str {
+        self.object.as_deref().unwrap_or("???")
+    }
+}
+
+struct Module {
+    info: ModuleInfo,
+    name: Arc<str>,
+    tables: OnceLock<Option<ModuleTables>>,
+}
+
+/// Answers address lookups for a fixed set of modules. Cheap to create; each module's
+/// tables are built on its first lookup.
+pub struct Symbolizer {
+    modules: Vec<Module>,
+    /// `(start, end, module index)`, sorted, non-overlapping.
+    ranges: Vec<(u64, u64, usize)>,
+    /// Errors met while building tables (module path, message); lookups go on without them.
+    errors: std::sync::Mutex<Vec<String>>,
+}
+
+impl Symbolizer {
+    /// A symboliser for `modules`. Nothing is read yet.
+    pub fn new(modules: Vec<ModuleInfo>) -> Self {
+        let mut ranges = Vec::new();
+        for (i, m) in modules.iter().enumerate() {
+            for &(s, e) in &m.ranges {
+                if s < e {
+                    ranges.push((s, e, i));
+                }
+            }
+        }
+        ranges.sort_by_key(|r| (r.0, std::cmp::Reverse(r.2)));
+        // Drop overlaps: keep the first (the later module on equal starts).
+        let mut clean: Vec<(u64, u64, usize)> = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            match clean.last() {
+                Some(last) if r.0 < last.1 => {
+                    if r.1 > last.1 {
+                        clean.push((last.1, r.1, r.2));
+                    }
+                }
+                _ => clean.push(r),
+            }
+        }
+        Symbolizer {
+            modules: modules
+                .into_iter()
+                .map(|info| Module {
+                    name: Arc::from(info.path.to_string_lossy().as_ref()),
+                    info,
+                    tables: OnceLock::new(),
+                })
+                .collect(),
+            ranges: clean,
+            errors: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A symboliser that knows no module: every address is `???`.
+    pub fn empty() -> Self {
+        Symbolizer::new(Vec::new())
+    }
+
+    /// Problems met while reading modules (each `path: message`).
+    pub fn errors(&self) -> Vec<String> {
+        self.errors.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    fn module_of(&self, addr: u64) -> Option<usize> {
+        let idx = self.ranges.partition_point(|r| r.0 <= addr);
+        let r = self.ranges.get(idx.checked_sub(1)?)?;
+        (addr < r.1).then_some(r.2)
+    }
+
+    fn tables<'a>(&'a self, m: &'a Module) -> Option<&'a ModuleTables> {
+        m.tables
+            .get_or_init(|| {
+                let built = match &m.info.source {
+                    ModuleSource::Memory(bytes) => {
+                        ModuleTables::build(&m.info.path, bytes, false)
+                    }
+                    ModuleSource::File => match std::fs::read(&m.info.path) {
+                        Ok(bytes) => ModuleTables::build(&m.info.path, &bytes, true),
+                        Err(e) => Err(DumpError::read(&m.info.path, e)),
+                    },
+                };
+                match built {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        if let Ok(mut errs) = self.errors.lock() {
+                            errs.push(e.to_string());
+                        }
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
+    /// Full lookup, including the inlined-frame chain.
+    pub fn lookup(&self, addr: u64) -> Location {
+        let mut loc = self.lookup_fast(addr);
+        if let Some(mi) = self.module_of(addr) {
+            let m = &self.modules[mi];
+            if let Some(t) = self.tables(m) {
+                loc.inlined = t.inlined(addr.wrapping_sub(m.info.load_bias));
+            }
+        }
+        loc
+    }
+
+    /// Lookup without the inlined chain (what the writers need; much cheaper).
+    pub fn lookup_fast(&self, addr: u64) -> Location {
+        let mut loc = Location {
+            object: None,
+            offset: addr,
+            file: None,
+            function: None,
+            function_start: None,
+            line: 0,
+            section: SectionKind::Text,
+            inlined: Vec::new(),
+        };
+        let Some(mi) = self.module_of(addr) else {
+            return loc;
+        };
+        let m = &self.modules[mi];
+        let off = addr.wrapping_sub(m.info.load_bias);
+        loc.object = Some(m.name.clone());
+        loc.offset = off;
+        let Some(t) = self.tables(m) else {
+            return loc;
+        };
+        if let Some(sym) = t.symbol(off) {
+            loc.function = Some(demangle::present(demangle::demangle(&sym.raw)));
+            loc.function_start = Some(sym.start.wrapping_add(m.info.load_bias));
+        }
+        if let Some((f, line)) = t.line(off) {
+            loc.file = t.files.get(f as usize).cloned();
+            loc.line = line;
+        }
+        loc.section = t.section_kind(off);
+        loc
+    }
+
+    /// The load bias of the module mapping `addr` (0 when unmapped).
+    pub fn bias_of(&self, addr: u64) -> u64 {
+        self.module_of(addr)
+            .map_or(0, |m| self.modules[m].info.load_bias)
+    }
+}
