@@ -1,0 +1,18 @@
+//! rgrind's integration tests, linked into one binary: `cargo test -p rgrind-tests`.
+//!
+//! Each module runs real processes (guests from `tests/guests/`, or system programs) natively
+//! and under rgrind, and compares what they print and how they end. The rgrind binary is found
+//! by `rgrind_tests::rgrind()` (`$RGRIND`, else `target/release/rgrind`, else
+//! `target/debug/rgrind`). Nothing here is `#[ignore]`d; cases that need a program that is not
+//! installed say so on stdout and pass.
+
+mod bad_input;
+mod exit;
+mod loader;
+mod memory;
+mod options;
+mod process;
+mod programs;
+mod startup;
+mod transparency;
+mod vs_valgrind;

@@ -1,0 +1,122 @@
+//! Command-line options: unknown options and tools are errors naming them, `--help` and
+//! `--version` exit 0, `-q` silences rgrind's own lines, `--log-file=F` moves them to F, and
+//! options after the program name belong to the program.
+
+use rgrind_tests::{guest_case, rgrind, run, run_rgrind, scratch_dir, Cmd, End};
+
+fn rgrind_with(args: &[&str]) -> rgrind_tests::Outcome {
+    run(&Cmd::new(rgrind()).args(args))
+}
+
+#[test]
+fn unknown_option_is_named_and_exits_1() {
+    let o = run_rgrind(
+        &["--tool=none", "--bogus-option=1"],
+        &guest_case("hello").cmd(),
+    );
+    assert_eq!(o.end(), End::Exit(1), "{}", o.describe());
+    assert!(
+        o.stderr_str().contains("--bogus-option"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        !o.stderr_str().contains("panicked") && o.stdout.is_empty(),
+        "{}",
+        o.describe()
+    );
+}
+
+#[test]
+fn unknown_tool_is_named_and_exits_1() {
+    let o = run_rgrind(&["--tool=nosuchtool"], &guest_case("hello").cmd());
+    assert_eq!(o.end(), End::Exit(1), "{}", o.describe());
+    assert!(
+        o.stderr_str().contains("nosuchtool") && !o.stderr_str().contains("panicked"),
+        "{}",
+        o.describe()
+    );
+    assert!(o.stdout.is_empty(), "{}", o.describe());
+}
+
+#[test]
+fn help_and_version() {
+    let o = rgrind_with(&["--help"]);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    assert!(o.stdout_str().contains("--tool"), "{}", o.describe());
+    let o = rgrind_with(&["--version"]);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    assert!(!o.stdout_str().trim().is_empty(), "{}", o.describe());
+}
+
+#[test]
+fn preamble_on_stderr_unless_quiet() {
+    let cmd = guest_case("stderr").cmd();
+    let o = run_rgrind(&["--tool=none"], &cmd);
+    let lines = o.tool_lines();
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("Command:")
+                && l.contains(&cmd.program.to_string_lossy().into_owned())),
+        "want a ==PID== Command: line naming the program\n{}",
+        o.describe()
+    );
+    assert_eq!(
+        o.guest_stderr(),
+        b"err 0\nerr 1\nerr 2\n",
+        "{}",
+        o.describe()
+    );
+    assert_eq!(
+        (o.stdout_str().as_str(), o.end()),
+        ("out 0\nout 1\nout 2\n", End::Exit(0))
+    );
+
+    let o = run_rgrind(&["--tool=none", "-q"], &cmd);
+    assert!(
+        o.tool_lines().is_empty(),
+        "-q must print no ==PID== lines\n{}",
+        o.describe()
+    );
+}
+
+#[test]
+fn log_file_takes_the_tool_lines() {
+    let log = scratch_dir().join("rgrind-log-file.txt");
+    let _ = std::fs::remove_file(&log);
+    let opt = format!("--log-file={}", log.display());
+    let o = run_rgrind(&["--tool=none", &opt], &guest_case("stderr").cmd());
+    assert!(
+        o.tool_lines().is_empty(),
+        "no ==PID== lines on stderr with --log-file\n{}",
+        o.describe()
+    );
+    assert_eq!(o.stderr_str(), "err 0\nerr 1\nerr 2\n", "{}", o.describe());
+    assert_eq!(
+        (o.stdout_str().as_str(), o.end()),
+        ("out 0\nout 1\nout 2\n", End::Exit(0))
+    );
+    let text = std::fs::read(&log)
+        .unwrap_or_else(|e| panic!("--log-file did not create {}: {e}", log.display()));
+    let lines = rgrind_tests::tool_lines(&text);
+    assert!(
+        lines.iter().any(|l| l.contains("Command:")),
+        "log file:\n{}",
+        String::from_utf8_lossy(&text)
+    );
+}
+
+#[test]
+fn options_after_the_program_belong_to_it() {
+    let o = run_rgrind(
+        &["--tool=none", "-q"],
+        &Cmd::guest("hello").args(["--bogus-option", "-q", "--help"]),
+    );
+    assert_eq!(
+        (o.stdout_str().as_str(), o.end()),
+        ("hello, world (argc=4)\n", End::Exit(0)),
+        "{}",
+        o.describe()
+    );
+}

@@ -1,0 +1,109 @@
+//! Process creation: fork (the child keeps running under rgrind), vfork (run as fork) + execve,
+//! execve, posix_spawn, a pipeline through `sh -c`, and `--trace-children`: with `yes` the
+//! exec'd program gets its own `==PID== Command:` preamble, with `no` it runs natively.
+
+use rgrind_tests::{
+    check_all, check_expected, guest_case, run_rgrind, tool_line_pid, End, Outcome,
+};
+use std::collections::BTreeSet;
+
+#[test]
+fn fork_exec_spawn_and_pipelines() {
+    let cases: &[(&str, &str)] = &[
+        ("fork", "proc fork: start\nchild: running, parent is alive: 1\nfork: child exited 3\nproc fork: done\n"),
+        ("forkexec", "proc forkexec: start\nfrom forkexec\nforkexec: child exited 0\nproc forkexec: done\n"),
+        ("vfork", "proc vfork: start\nfrom vfork\nvfork: child exited 0\nproc vfork: done\n"),
+        ("execve", "proc execve: start\nfrom execve\n"),
+        ("spawn", "proc spawn: start\nfrom spawn\nspawn: child exited 0\nproc spawn: done\n"),
+        ("pipeline", "proc pipeline: start\nabc\npipeline: status 0\nproc pipeline: done\n"),
+        ("fork-static", "proc fork: start\nchild: running, parent is alive: 1\nfork: child exited 3\nproc fork: done\n"),
+        ("vfork-static", "proc vfork: start\nfrom vfork\nvfork: child exited 0\nproc vfork: done\n"),
+    ];
+    check_all(
+        cases,
+        |c| c.0.to_owned(),
+        |&(label, out)| check_expected(&guest_case(label).cmd(), out, End::Exit(0)),
+    );
+}
+
+/// The pids of the `==PID== Command:` lines, in order of appearance.
+fn command_pids(o: &Outcome) -> Vec<u32> {
+    o.tool_lines()
+        .iter()
+        .filter(|l| l.contains("Command:"))
+        .filter_map(|l| tool_line_pid(l.as_bytes()))
+        .collect()
+}
+
+#[test]
+fn trace_children_yes_gives_the_exec_child_its_own_preamble() {
+    let cmd = guest_case("forkexec").cmd();
+    let o = run_rgrind(&["--tool=none", "--trace-children=yes"], &cmd);
+    let pids = command_pids(&o);
+    let distinct: BTreeSet<_> = pids.iter().collect();
+    assert_eq!(
+        (pids.len(), distinct.len()),
+        (2, 2),
+        "want two preambles with different pids\n{}",
+        o.describe()
+    );
+    assert!(
+        o.tool_lines()
+            .iter()
+            .any(|l| l.contains("Command:") && l.contains("echo from forkexec")),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(
+        o.stdout_str(),
+        "proc forkexec: start\nfrom forkexec\nforkexec: child exited 0\nproc forkexec: done\n"
+    );
+    assert_eq!(o.end(), End::Exit(0));
+
+    // execve in place: a second preamble, same pid.
+    let o = run_rgrind(
+        &["--tool=none", "--trace-children=yes"],
+        &guest_case("execve").cmd(),
+    );
+    let pids = command_pids(&o);
+    assert!(
+        pids.len() == 2 && pids[0] == pids[1],
+        "want two preambles with one pid\n{}",
+        o.describe()
+    );
+    assert_eq!(
+        (o.stdout_str().as_str(), o.end()),
+        ("proc execve: start\nfrom execve\n", End::Exit(0))
+    );
+}
+
+#[test]
+fn trace_children_no_runs_the_exec_child_natively() {
+    for opts in [
+        &["--tool=none", "--trace-children=no"][..],
+        &["--tool=none"][..],
+    ] {
+        let o = run_rgrind(opts, &guest_case("forkexec").cmd());
+        assert_eq!(
+            command_pids(&o).len(),
+            1,
+            "want one preamble with {opts:?}\n{}",
+            o.describe()
+        );
+        assert_eq!(
+            o.stdout_str(),
+            "proc forkexec: start\nfrom forkexec\nforkexec: child exited 0\nproc forkexec: done\n"
+        );
+        assert_eq!(o.end(), End::Exit(0));
+    }
+}
+
+#[test]
+fn quiet_trace_children_prints_nothing_of_its_own() {
+    let o = run_rgrind(
+        &["--tool=none", "-q", "--trace-children=yes"],
+        &guest_case("forkexec").cmd(),
+    );
+    assert!(o.stderr.is_empty(), "{}", o.describe());
+    assert_eq!(o.end(), End::Exit(0));
+}
