@@ -1,0 +1,271 @@
+//! The only module with `unsafe`: the flat `#[repr(C)]` cache layout that generated code
+//! reads, its raw-pointer-owned tag array, and the `extern "C"` slow-path entry points.
+//!
+//! # Invariants
+//! * [`FlatCache::tags`] points to an allocation of exactly `len = sets * assoc` `u64`s that
+//!   the `FlatCache` owns (made by leaking a `Box<[u64]>`, freed in `Drop`), so the pointer
+//!   stays valid and fixed for the `FlatCache`'s whole life, wherever the struct moves.
+//! * `set_mask == sets - 1` with `sets` a power of two, `assoc >= 1`, `line_bits < 64`, and
+//!   `row_bytes == assoc * 8`: so for any address, `(line & set_mask) * assoc + w < len` for
+//!   every way `w < assoc`. [`FlatCache::new`] is the only constructor.
+//! * Rust code reaches the tags only through [`FlatCache::tags`] / [`FlatCache::tags_mut`],
+//!   which derive short-lived slices from the raw pointer; no `Box` or `Vec` keeps a
+//!   uniqueness claim on the allocation, so the raw pointer handed to generated code is
+//!   never invalidated by Rust-side accesses.
+//!
+//! # Entry points (called from generated code)
+//! [`cachesim_fetch`], [`cachesim_data`], [`cachesim_cond_branch`] and
+//! [`cachesim_ind_branch`] take a raw pointer to their model plus plain integers and return a
+//! small integer. They allocate nothing, take no lock, touch no thread-local storage and
+//! contain no panicking operation (no indexing that can fail, no arithmetic that can
+//! overflow-check, no `unwrap`): the code they reach is `Cache::access`,
+//! `Hierarchy::{fetch,data}` and `BranchPredictor::{cond,indirect}`, written with iterators,
+//! masks and wrapping arithmetic only.
+//!
+//! # Not done here
+//! No simulation logic: that lives in safe code (`cache.rs`, `hierarchy.rs`, `branch.rs`).
+#![allow(unsafe_code)]
+
+use core::mem::offset_of;
+use core::ptr::NonNull;
+
+use crate::branch::BranchPredictor;
+use crate::hierarchy::Hierarchy;
+
+/// The part of one cache level that inline code reads: `#[repr(C)]`, field offsets below.
+///
+/// Tag array layout: `sets * assoc` `u64`s, row-major by set, way 0 of each row = MRU. A tag
+/// is the full line number `addr >> line_bits` (not the usual high bits), all tags start as
+/// 0, exactly as in Cachegrind.
+///
+/// The inline MRU check (a hit changes no state, so it needs no write):
+///
+/// ```text
+/// line = addr >> line_bits
+/// if ((addr + size - 1) >> line_bits) == line            // within one line
+///    && tags[(line & set_mask) * assoc] == line           // MRU way of its set
+/// { hit: nothing to do }
+/// else { outcome = cachesim_data(hierarchy, addr, size) } // or cachesim_fetch
+/// ```
+///
+/// (`addr + size - 1` wraps; `size` must already be clamped to `1..=min_line_size`, see
+/// [`Hierarchy::clamp_size`]. `(line & set_mask) * assoc * 8` is `(line & set_mask) *
+/// row_bytes`.)
+#[repr(C)]
+#[derive(Debug)]
+pub struct FlatCache {
+    /// Start of the tag array (owned).
+    tags: NonNull<u64>,
+    /// `sets - 1`.
+    set_mask: u64,
+    /// `log2(line_size)`.
+    line_bits: u64,
+    /// Ways per set.
+    assoc: u64,
+    /// `assoc * 8`: bytes per set row.
+    row_bytes: u64,
+    /// `sets * assoc`: number of tags.
+    len: u64,
+}
+
+// SAFETY: a FlatCache uniquely owns its tag allocation (like a Box<[u64]>), and the pointer
+// is not shared with another FlatCache, so moving it to another thread moves the ownership.
+unsafe impl Send for FlatCache {}
+// SAFETY: `&FlatCache` only gives read access to the tags (`tags()`), like `&Box<[u64]>`.
+unsafe impl Sync for FlatCache {}
+
+impl FlatCache {
+    /// Byte offset of the tag-array pointer (`*const u64`).
+    pub const TAGS_OFFSET: usize = offset_of!(FlatCache, tags);
+    /// Byte offset of `set_mask` (`u64`).
+    pub const SET_MASK_OFFSET: usize = offset_of!(FlatCache, set_mask);
+    /// Byte offset of `line_bits` (`u64`, the shift count).
+    pub const LINE_BITS_OFFSET: usize = offset_of!(FlatCache, line_bits);
+    /// Byte offset of `assoc` (`u64`).
+    pub const ASSOC_OFFSET: usize = offset_of!(FlatCache, assoc);
+    /// Byte offset of `row_bytes` (`u64`, `assoc * 8`).
+    pub const ROW_BYTES_OFFSET: usize = offset_of!(FlatCache, row_bytes);
+
+    /// Allocates an all-zero tag array for `sets` (a power of two) × `assoc` ways.
+    /// Returns `None` if the parameters break the invariants or the size overflows.
+    pub(crate) fn new(sets: u64, assoc: u64, line_bits: u32) -> Option<FlatCache> {
+        if !sets.is_power_of_two() || assoc == 0 || line_bits >= 64 {
+            return None;
+        }
+        let len = sets.checked_mul(assoc)?;
+        let row_bytes = assoc.checked_mul(8)?;
+        let boxed: Box<[u64]> = vec![0u64; usize::try_from(len).ok()?].into_boxed_slice();
+        let tags = NonNull::from(Box::leak(boxed)).cast::<u64>();
+        Some(FlatCache {
+            tags,
+            set_mask: sets - 1,
+            line_bits: u64::from(line_bits),
+            assoc,
+            row_bytes,
+            len,
+        })
+    }
+
+    /// All tags, row-major by set, way 0 = MRU.
+    pub fn tags(&self) -> &[u64] {
+        // SAFETY: `tags` points to `len` initialised u64s owned by `self` (module
+        // invariant); the shared borrow of `self` prevents `tags_mut` for its lifetime.
+        unsafe { core::slice::from_raw_parts(self.tags.as_ptr(), self.len as usize) }
+    }
+
+    /// All tags, mutable (only the safe simulator in `cache.rs` uses this).
+    pub(crate) fn tags_mut(&mut self) -> &mut [u64] {
+        // SAFETY: as in `tags`, and `&mut self` guarantees no other Rust borrow exists. The
+        // slice is derived from the raw pointer, which therefore stays valid afterwards.
+        unsafe { core::slice::from_raw_parts_mut(self.tags.as_ptr(), self.len as usize) }
+    }
+
+    /// Raw pointer to the tag array (what `TAGS_OFFSET` holds).
+    pub fn tags_ptr(&self) -> *const u64 {
+        self.tags.as_ptr()
+    }
+
+    /// `sets - 1`.
+    pub fn set_mask(&self) -> u64 {
+        self.set_mask
+    }
+
+    /// `log2(line_size)`.
+    pub fn line_bits(&self) -> u32 {
+        self.line_bits as u32
+    }
+
+    /// Ways per set.
+    pub fn assoc(&self) -> u64 {
+        self.assoc
+    }
+
+    /// `assoc * 8`.
+    pub fn row_bytes(&self) -> u64 {
+        self.row_bytes
+    }
+}
+
+impl Clone for FlatCache {
+    /// A deep copy: a new tag array with the same contents (e.g. for a forked child).
+    fn clone(&self) -> Self {
+        let boxed: Box<[u64]> = self.tags().into();
+        FlatCache {
+            tags: NonNull::from(Box::leak(boxed)).cast::<u64>(),
+            ..*self
+        }
+    }
+}
+
+impl Drop for FlatCache {
+    fn drop(&mut self) {
+        let slice = core::ptr::slice_from_raw_parts_mut(self.tags.as_ptr(), self.len as usize);
+        // SAFETY: `tags`/`len` came from a leaked `Box<[u64]>` of length `len` in `new`/`clone` and are
+        // freed only here, once.
+        drop(unsafe { Box::from_raw(slice) });
+    }
+}
+
+/// The inline MRU check, done through the raw flat layout exactly as generated code does it.
+/// `true` means "hit in the MRU way, nothing to do"; `false` means "call the slow path".
+///
+/// # Safety
+/// `flat` must point to a live [`FlatCache`] (e.g. from [`crate::Cache::flat_ptr`]) that no
+/// one mutates during the call.
+#[inline]
+pub unsafe fn mru_hit_raw(flat: *const FlatCache, addr: u64, size: u64) -> bool {
+    // SAFETY: the caller guarantees `flat` is valid for reads.
+    let f = unsafe { &*flat };
+    let line = addr >> f.line_bits;
+    let last = addr.wrapping_add(size).wrapping_sub(1) >> f.line_bits;
+    let idx = (line & f.set_mask) * f.assoc;
+    // SAFETY: `idx = set * assoc` with `set <= set_mask`, so `idx < sets * assoc = len`
+    // (module invariant); the allocation is live as long as `*flat` is.
+    last == line && unsafe { *f.tags.as_ptr().add(idx as usize) } == line
+}
+
+/// Outcome code returned by the entry points: hit in L1.
+pub const OUTCOME_HIT: u32 = 0;
+/// Outcome code: L1 miss, LL hit.
+pub const OUTCOME_L1_MISS: u32 = 1;
+/// Outcome code: L1 miss and LL miss.
+pub const OUTCOME_LL_MISS: u32 = 2;
+
+/// Slow path for an instruction fetch of `size` bytes at `addr`: I1, then LL on an I1 miss.
+/// Returns [`OUTCOME_HIT`], [`OUTCOME_L1_MISS`] or [`OUTCOME_LL_MISS`].
+///
+/// # Safety
+/// `hierarchy` must point to a live [`Hierarchy`] that nothing else accesses during the call
+/// (one hierarchy per thread; generated code is the only user while it runs).
+pub unsafe extern "C" fn cachesim_fetch(hierarchy: *mut Hierarchy, addr: u64, size: u64) -> u32 {
+    // SAFETY: the caller guarantees a valid, exclusively accessible Hierarchy.
+    let h = unsafe { &mut *hierarchy };
+    h.fetch(addr, size) as u32
+}
+
+/// Slow path for a data access (load, store or modify: all are the same) of `size` bytes at
+/// `addr`: D1, then LL on a D1 miss. Returns an `OUTCOME_*` code.
+///
+/// # Safety
+/// As for [`cachesim_fetch`].
+pub unsafe extern "C" fn cachesim_data(hierarchy: *mut Hierarchy, addr: u64, size: u64) -> u32 {
+    // SAFETY: the caller guarantees a valid, exclusively accessible Hierarchy.
+    let h = unsafe { &mut *hierarchy };
+    h.data(addr, size) as u32
+}
+
+/// Conditional branch at `instr_addr`, taken iff `taken != 0`. Returns 1 on a mispredict.
+///
+/// # Safety
+/// `predictor` must point to a live [`BranchPredictor`] that nothing else accesses during
+/// the call.
+pub unsafe extern "C" fn cachesim_cond_branch(
+    predictor: *mut BranchPredictor,
+    instr_addr: u64,
+    taken: u64,
+) -> u32 {
+    // SAFETY: the caller guarantees a valid, exclusively accessible BranchPredictor.
+    let p = unsafe { &mut *predictor };
+    u32::from(p.cond(instr_addr, taken != 0))
+}
+
+/// Indirect branch at `instr_addr` that went to `target`. Returns 1 on a mispredict.
+///
+/// # Safety
+/// As for [`cachesim_cond_branch`].
+pub unsafe extern "C" fn cachesim_ind_branch(
+    predictor: *mut BranchPredictor,
+    instr_addr: u64,
+    target: u64,
+) -> u32 {
+    // SAFETY: the caller guarantees a valid, exclusively accessible BranchPredictor.
+    let p = unsafe { &mut *predictor };
+    u32::from(p.indirect(instr_addr, target))
+}
+
+// Layout the generated code depends on.
+const _: () = {
+    assert!(FlatCache::TAGS_OFFSET == 0);
+    assert!(FlatCache::SET_MASK_OFFSET == 8);
+    assert!(FlatCache::LINE_BITS_OFFSET == 16);
+    assert!(FlatCache::ASSOC_OFFSET == 24);
+    assert!(FlatCache::ROW_BYTES_OFFSET == 32);
+};
+
+/// Executes CPUID on the host. `[0; 4]` on non-x86-64 targets (detection then falls back to
+/// the defaults, as Valgrind does for an unknown vendor).
+pub(crate) fn host_cpuid(leaf: u32, subleaf: u32) -> [u32; 4] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // `__cpuid_count` is a safe fn on recent toolchains and `unsafe` on older ones.
+        #[allow(unused_unsafe)]
+        // SAFETY: CPUID exists on every x86-64 CPU and has no side effects.
+        let r = unsafe { core::arch::x86_64::__cpuid_count(leaf, subleaf) };
+        [r.eax, r.ebx, r.ecx, r.edx]
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (leaf, subleaf);
+        [0; 4]
+    }
+}
