@@ -620,6 +620,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn missing_rgrind_message_says_how_to_build_it() {
+        let e = HarnessError::RgrindNotBuilt("target/release/rgrind".into()).to_string();
+        assert!(
+            e.starts_with("build rgrind first: cargo build --release"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn tool_line_pids() {
         let check = |line: &str, want: Option<u32>| {
             assert_eq!(tool_line_pid(line.as_bytes()), want, "{line:?}")

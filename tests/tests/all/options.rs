@@ -120,3 +120,27 @@ fn options_after_the_program_belong_to_it() {
         o.describe()
     );
 }
+
+#[test]
+fn preamble_pid_is_the_guest_pid() {
+    // The shell prints its own pid; rgrind's ==PID== lines must carry the same one (no extra
+    // process between the user's command and the guest).
+    let o = run_rgrind(
+        &["--tool=none"],
+        &Cmd::new("/bin/sh").args(["-c", "echo $$"]),
+    );
+    let pid: u32 = o
+        .stdout_str()
+        .trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("pid: {e}\n{}", o.describe()));
+    let lines = o.tool_lines();
+    assert!(!lines.is_empty(), "{}", o.describe());
+    assert!(
+        lines
+            .iter()
+            .all(|l| rgrind_tests::tool_line_pid(l.as_bytes()) == Some(pid)),
+        "every ==PID== line should name pid {pid}\n{}",
+        o.describe()
+    );
+}
