@@ -1,6 +1,7 @@
 //! Bad input to the launcher: a missing program, one not on `$PATH`, a directory, a file that is
 //! not ELF, a truncated ELF, a 32-bit ELF, a file without execute permission, no program at all.
-//! Each must give exactly one stderr line starting `rgrind:` and exit status 1, never a panic.
+//! Each must give exactly one stderr line starting `rgrind:` that names the program, and exit
+//! status 1, never a panic.
 
 use rgrind_tests::{check_all, guest, run_rgrind, scratch_dir, Cmd, End};
 use std::os::unix::fs::PermissionsExt;
@@ -75,17 +76,23 @@ fn bad_programs_give_one_error_line_and_exit_1() {
             let err = o.stderr_str();
             let lines: Vec<&str> = err.lines().collect();
             // "No program" is a usage error, which may add a hint line (Valgrind adds "Use --help").
+            // The line names the program as given, so the user knows which input was wrong.
+            let named = args
+                .first()
+                .is_none_or(|p| lines.first().is_some_and(|l| l.contains(p.as_str())));
             let one_line = lines.len() == 1
                 || (args.is_empty() && lines.iter().all(|l| l.starts_with("rgrind:")));
             if o.end() == End::Exit(1)
                 && one_line
                 && lines.first().is_some_and(|l| l.starts_with("rgrind:"))
+                && named
                 && !err.contains("panicked")
             {
                 Ok(())
             } else {
                 Err(format!(
-                    "want exit 1 and exactly one stderr line starting `rgrind:`\n{}",
+                    "want exit 1 and exactly one stderr line starting `rgrind:` and naming \
+                     the program\n{}",
                     o.describe()
                 ))
             }
