@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use cachesim::raw::{cachesim_cond_branch, cachesim_data, mru_hit_raw};
-use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
+use cachesim::{BranchPredictor, CacheGeometry, CacheLevel, Hierarchy};
 use divan::counter::ItemsCount;
 use divan::Bencher;
 
@@ -32,15 +32,27 @@ fn mru_addrs() -> Vec<u64> {
     (0..N as u64).map(|i| 0x10_0000 + (i * 8) % 4096).collect()
 }
 
+/// A warmed hierarchy handed out as a raw pointer (as generated code holds it); freed by
+/// [`free`].
+fn warmed(addrs: &[u64]) -> *mut Hierarchy {
+    let mut h = hierarchy();
+    for &a in addrs {
+        h.data(a, 8);
+    }
+    Box::into_raw(h)
+}
+
+fn free(hp: *mut Hierarchy) {
+    // SAFETY: `hp` came from `Box::into_raw` in `warmed` and is freed once, after its last use.
+    drop(unsafe { Box::from_raw(hp) });
+}
+
 /// The inline fast path: shift, mask, compare through the raw flat pointer.
 #[divan::bench]
 fn mru_fast_path(b: Bencher) {
-    let mut h = hierarchy();
     let addrs = mru_addrs();
-    for &a in &addrs {
-        h.data(a, 8);
-    }
-    let flat = h.d1_flat_ptr();
+    let hp = warmed(&addrs);
+    let flat = Hierarchy::flat_ptr_of(hp, CacheLevel::D1);
     b.counter(ItemsCount::new(N)).bench_local(|| {
         let mut hits = 0u32;
         for &a in &addrs {
@@ -50,76 +62,69 @@ fn mru_fast_path(b: Bencher) {
         assert_eq!(hits, N as u32);
         hits
     });
+    free(hp);
 }
 
 /// Inline check plus slow-path call for the rare non-MRU access, on the same MRU stream: what
 /// generated code costs per access when everything hits in the MRU way.
 #[divan::bench]
 fn inline_check_then_call(b: Bencher) {
-    let mut h = hierarchy();
     let addrs = mru_addrs();
-    for &a in &addrs {
-        h.data(a, 8);
-    }
-    let hp: *mut Hierarchy = &mut *h;
-    let flat = h.d1_flat_ptr();
+    let hp = warmed(&addrs);
+    let flat = Hierarchy::flat_ptr_of(hp, CacheLevel::D1);
     b.counter(ItemsCount::new(N)).bench_local(|| {
         let mut misses = 0u32;
         for &a in &addrs {
-            // SAFETY: `flat` and `hp` point to the live boxed hierarchy; nothing else uses it
-            // during the loop.
+            // SAFETY: `flat` points to the live boxed hierarchy, not mutated during the check.
             if !unsafe { mru_hit_raw(flat, a, 8) } {
+                // SAFETY: `hp` points to the live boxed hierarchy and nothing else uses it
+                // during the call.
                 misses += unsafe { cachesim_data(hp, a, 8) };
             }
         }
         misses
     });
+    free(hp);
 }
 
-fn slow_path(b: Bencher, addrs: Vec<u64>) {
-    let mut h = hierarchy();
-    for &a in &addrs {
-        h.data(a, 8);
-    }
-    let hp: *mut Hierarchy = &mut *h;
+/// Runs `cachesim_data` over `addrs` (after one warm-up pass) and checks that every access
+/// has outcome `expected`.
+fn slow_path(b: Bencher, addrs: Vec<u64>, expected: u32) {
+    let hp = warmed(&addrs);
     b.counter(ItemsCount::new(addrs.len())).bench_local(|| {
         let mut sum = 0u32;
         for &a in &addrs {
             // SAFETY: `hp` points to the live boxed hierarchy, used by nothing else here.
             sum += unsafe { cachesim_data(black_box(hp), a, 8) };
         }
+        assert_eq!(sum, expected * addrs.len() as u32);
         sum
     });
+    free(hp);
 }
 
 /// Slow path, D1 hit in a non-MRU way: two lines of one set alternate (way 1 each time).
 #[divan::bench]
 fn slow_path_l1_hit_not_mru(b: Bencher) {
     let addrs = (0..N as u64).map(|i| 0x20_0000 + (i % 2) * 4096).collect();
-    slow_path(b, addrs);
+    slow_path(b, addrs, cachesim::OUTCOME_HIT);
 }
 
 /// Slow path, D1 miss and LL hit: a 256 KiB buffer (8× D1, 1/32 of LL), one access per line.
 #[divan::bench]
 fn slow_path_l1_miss_ll_hit(b: Bencher) {
     let addrs = (0..N as u64).map(|i| 0x100_0000 + i * 64).collect();
-    slow_path(b, addrs);
+    slow_path(b, addrs, cachesim::OUTCOME_L1_MISS);
 }
 
-/// Slow path, miss in both: a 32 MiB stride-8 KiB-ish walk (4× LL), one access per line.
+/// Slow path, miss in both: 4096 lines spread over 32 MiB (4× LL), each mapping to the same
+/// few LL sets, so every access misses D1 and LL.
 #[divan::bench]
 fn slow_path_ll_miss(b: Bencher) {
     let addrs = (0..N as u64)
         .map(|i| 0x1000_0000 + (i * 8192 + (i % 128) * 64) % (32 << 20))
         .collect::<Vec<_>>();
-    // Check the premise once: every access misses LL.
-    let mut h = hierarchy();
-    for _ in 0..3 {
-        for &a in &addrs {
-            h.data(a, 8);
-        }
-    }
-    slow_path(b, addrs);
+    slow_path(b, addrs, cachesim::OUTCOME_LL_MISS);
 }
 
 /// Conditional-branch predictor through its `extern "C"` entry point.

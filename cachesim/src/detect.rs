@@ -499,7 +499,7 @@ fn intel_cache_info(src: &impl CpuidSource, max_leaf: u32) -> Option<HwInfo> {
             0x68 => add(D, 1, 32, 4, 64),
 
             // P4 trace caches: size in K micro-ops, line size 0, flagged.
-            0x70 | 0x71 | 0x72 => {
+            0x70..=0x72 => {
                 let size = match info[i] {
                     0x70 => 12,
                     0x71 => 16,

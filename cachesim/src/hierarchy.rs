@@ -152,6 +152,22 @@ impl Hierarchy {
         self.d1.flat_ptr()
     }
 
+    /// The flat part of `level` inside the hierarchy at `hierarchy`, computed by byte offset
+    /// only (no reference is created), as generated code does it. Use this with a pointer from
+    /// `Box::into_raw` so that the flat pointers and the `*mut Hierarchy` handed to the
+    /// slow paths share one provenance.
+    pub fn flat_ptr_of(hierarchy: *const Hierarchy, level: CacheLevel) -> *const FlatCache {
+        let offset = match level {
+            CacheLevel::I1 => Self::I1_FLAT_OFFSET,
+            CacheLevel::D1 => Self::D1_FLAT_OFFSET,
+            CacheLevel::LL => Self::LL_FLAT_OFFSET,
+        };
+        hierarchy
+            .cast::<u8>()
+            .wrapping_add(offset)
+            .cast::<FlatCache>()
+    }
+
     /// An instruction fetch: one I1 access of the instruction's length (a zero length counts
     /// as 1, as Cachegrind does for undecodable instructions), then LL on an I1 miss.
     /// Panic- and allocation-free.
@@ -351,5 +367,6 @@ mod tests {
                 .cast::<FlatCache>(),
             h.ll().flat_ptr()
         );
+        assert_eq!(Hierarchy::flat_ptr_of(&*h, CacheLevel::D1), h.d1_flat_ptr());
     }
 }
