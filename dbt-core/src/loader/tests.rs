@@ -505,3 +505,227 @@ fn load_dynamic_pie_true() {
     assert_eq!(perms_at(g.brk_start), None);
     assert_eq!(perms_at(g.initial_rsp), None);
 }
+
+/// Serialises the tests that map ET_EXEC programs at their fixed link addresses.
+static FIXED_ADDRESS_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs the loaded guest natively in a forked child (jumping to `entry` with `rsp` at argc,
+/// `rdx = 0`), with stdout captured: the end-to-end check that the image and stack are what a
+/// real process expects. Returns the exit status and the output.
+fn run_natively(g: &LoadedGuest) -> (i32, String) {
+    let mut fds = [0i32; 2];
+    // SAFETY: `fds` is a valid two-int array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (rsp, entry) = (g.initial_rsp, g.entry);
+    // SAFETY: the child only calls async-signal-safe functions (dup2, close) before jumping
+    // into the guest, which never returns (it ends with exit_group).
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        // SAFETY: plain fd calls; then leave Rust for good: the guest owns the process now, and
+        // its stack and entry were built by `load`, which is what this test checks.
+        unsafe {
+            libc::dup2(fds[1], 1);
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+            std::arch::asm!(
+                "mov rsp, rdi",
+                "xor edx, edx",
+                "jmp rsi",
+                in("rdi") rsp,
+                in("rsi") entry,
+                options(noreturn)
+            );
+        }
+    }
+    // SAFETY: closes our copy of the write end.
+    unsafe { libc::close(fds[1]) };
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: reads into `buf`, which we own.
+        let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n as usize]);
+    }
+    // SAFETY: closes the read end we own.
+    unsafe { libc::close(fds[0]) };
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status),
+        "guest died: wait status {status:#x}"
+    );
+    (libc::WEXITSTATUS(status), String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn dynamic_pie_runs_natively() {
+    let prog = resolve_program(OsStr::new("echo"), &[os("hello"), os("loader world")]).unwrap();
+    let g = load(&prog, &opts()).unwrap();
+    assert_eq!(run_natively(&g), (0, "hello loader world\n".to_string()));
+    // SAFETY: the guest ran only in the child; nothing here points into its mappings.
+    unsafe { g.unmap() };
+}
+
+const TEST_C: &str = r#"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+static char big[1 << 20];
+int initialized = 42;
+int main(int argc, char **argv, char **envp) {
+    for (int i = 0; i < argc; i++) printf("argv[%d]=%s\n", i, argv[i]);
+    for (char **e = envp; *e; e++) printf("env=%s\n", *e);
+    for (size_t i = 0; i < sizeof big; i++) if (big[i]) return 3;
+    char *p = malloc(1 << 16);
+    if (!p) return 4;
+    memset(p, 1, 1 << 16);
+    printf("init=%d execfn=%s\n", initialized, (char *)getauxval(AT_EXECFN));
+    return 7;
+}
+"#;
+
+/// Builds TEST_C with gcc and `flags` into `dir`; None (with a message) when gcc is missing or
+/// cannot link that kind of program here.
+fn build_guest(dir: &Path, name: &str, flags: &[&str]) -> Option<PathBuf> {
+    let src = dir.join("guest.c");
+    std::fs::write(&src, TEST_C).unwrap();
+    let out = dir.join(name);
+    let status = std::process::Command::new("gcc")
+        .args(["-O1", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .args(flags)
+        .status();
+    match status {
+        Ok(s) if s.success() => Some(out),
+        Ok(s) => {
+            eprintln!("SKIP: gcc {flags:?} failed ({s}); not testing that kind of guest");
+            None
+        }
+        Err(e) => {
+            eprintln!("SKIP: gcc not available ({e}); not testing compiled guests");
+            None
+        }
+    }
+}
+
+/// Loads a compiled guest, checks it, runs it natively and compares its output.
+fn load_and_run(exe: &Path, want_interp: bool, want_pie: bool) -> LoadedGuest {
+    let prog = resolve(exe, &["first arg", "2"]).unwrap();
+    let o = opts();
+    let g = load(&prog, &o).unwrap();
+    assert_eq!(g.interp.is_some(), want_interp);
+    assert_eq!(g.exe.load_bias != 0, want_pie);
+    check_loaded(&prog, &o, &g);
+    let e = exe.display();
+    let want = format!(
+        "argv[0]={e}\nargv[1]=first arg\nargv[2]=2\nenv=A=1\nenv=RGRIND_TEST=two words\n\
+         init=42 execfn={e}\n"
+    );
+    assert_eq!(run_natively(&g), (7, want));
+    g
+}
+
+#[test]
+fn static_exec_and_fixed_address_conflict() {
+    let d = temp_dir("static");
+    let Some(exe) = build_guest(&d, "static", &["-static"]) else {
+        return;
+    };
+    let _lock = FIXED_ADDRESS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let g = load_and_run(&exe, false, false);
+    assert_eq!(aux(&g.auxv, AT_BASE), Some(0));
+    // Loading it again must fail cleanly: its fixed range is now taken.
+    let prog = resolve(&exe, &[]).unwrap();
+    let err = load(&prog, &opts()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "rgrind: {}: cannot map the program at its fixed address range {:#x}-{:#x}: \
+             the range is already in use",
+            exe.display(),
+            g.exe.start,
+            g.exe.end
+        )
+    );
+    // SAFETY: the guest ran only in the child.
+    unsafe { g.unmap() };
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn static_pie_loads_and_runs() {
+    let d = temp_dir("staticpie");
+    let Some(exe) = build_guest(&d, "static-pie", &["-static-pie"]) else {
+        return;
+    };
+    let g = load_and_run(&exe, false, true);
+    // SAFETY: the guest ran only in the child.
+    unsafe { g.unmap() };
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn dynamic_non_pie_loads_and_runs() {
+    let d = temp_dir("nopie");
+    let Some(exe) = build_guest(&d, "nopie", &["-no-pie"]) else {
+        return;
+    };
+    let _lock = FIXED_ADDRESS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let g = load_and_run(&exe, true, false);
+    // SAFETY: the guest ran only in the child.
+    unsafe { g.unmap() };
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn brk_reservation_blocked_for_fixed_exe() {
+    let d = temp_dir("brkblock");
+    let Some(exe) = build_guest(&d, "static", &["-static"]) else {
+        return;
+    };
+    let _lock = FIXED_ADDRESS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let prog = resolve(&exe, &[]).unwrap();
+    let g = load(&prog, &opts()).unwrap();
+    // SAFETY: nothing ran.
+    unsafe { g.unmap() };
+    // Occupy one page in the middle of where the brk reservation would go.
+    let blocker = elf::Reservation::fixed(g.brk_start + (1 << 20), 4096).unwrap();
+    let err = load(&prog, &opts()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LoadError::AddressInUse {
+                what: "the brk reservation",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The failed load left nothing behind: the program's range is free again.
+    assert_eq!(perms_at(g.exe.start), None);
+    drop(blocker);
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn stack_too_small_is_an_error_and_leaks_nothing() {
+    let prog = resolve(Path::new("/usr/bin/true"), &[]).unwrap();
+    let mut o = opts();
+    o.stack_size = 4096;
+    o.envp = vec![CString::new(vec![b'x'; 8000]).unwrap()];
+    let err = load(&prog, &o).unwrap_err();
+    assert!(
+        matches!(err, LoadError::StackTooSmall { size: 4096, .. }),
+        "{err}"
+    );
+    assert!(err
+        .to_string()
+        .starts_with("rgrind: /usr/bin/true: Argument list too long"));
+}
