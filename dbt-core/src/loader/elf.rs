@@ -41,7 +41,7 @@ const MAX_INTERP_LEN: u64 = 4096;
 
 /// The fields of an ELF64 file header the loader uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ElfHeader {
+pub(crate) struct ElfHeader {
     /// `ET_EXEC` or `ET_DYN`.
     pub e_type: u16,
     /// Entry point (unrelocated).
@@ -54,7 +54,7 @@ pub struct ElfHeader {
 
 /// One ELF64 program header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ProgramHeader {
+pub(crate) struct ProgramHeader {
     /// Segment type (`PT_LOAD`, ...).
     pub p_type: u32,
     /// `PF_R | PF_W | PF_X` bits.
@@ -107,13 +107,13 @@ fn platform_name(class: u8, data: u8, machine: u16) -> &'static str {
 }
 
 /// True when `bytes` starts with the ELF magic.
-pub fn is_elf(bytes: &[u8]) -> bool {
+pub(crate) fn is_elf(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\x7fELF")
 }
 
 /// Checks that `bytes` (the start of the file at `path`) is an ELF header rgrind can run: 64-bit,
 /// little-endian, x86-64, ET_EXEC or ET_DYN, with a sane program-header table.
-pub fn parse_elf_header(path: &Path, bytes: &[u8]) -> Result<ElfHeader, LoadError> {
+pub(crate) fn parse_elf_header(path: &Path, bytes: &[u8]) -> Result<ElfHeader, LoadError> {
     let malformed = |what: &str| LoadError::Malformed {
         path: show(path),
         what: what.to_string(),
@@ -164,14 +164,14 @@ pub fn parse_elf_header(path: &Path, bytes: &[u8]) -> Result<ElfHeader, LoadErro
 
 /// An opened ELF file whose header and program headers have been checked.
 #[derive(Debug)]
-pub struct ElfFile {
+pub(crate) struct ElfFile {
     path: PathBuf,
     file: File,
     file_size: u64,
     /// The checked file header.
-    pub header: ElfHeader,
+    pub(crate) header: ElfHeader,
     /// All program headers, in file order.
-    pub phdrs: Vec<ProgramHeader>,
+    pub(crate) phdrs: Vec<ProgramHeader>,
 }
 
 /// Opens `path` for execution the way `execve` checks it: it must exist, not be a directory,
@@ -193,7 +193,7 @@ pub(crate) fn open_executable(path: &Path) -> Result<(File, u64), LoadError> {
 }
 
 /// `access(path, X_OK)`.
-fn executable_by_us(path: &Path) -> bool {
+pub(crate) fn executable_by_us(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
         return false;
@@ -230,7 +230,7 @@ pub(crate) fn read_prefix(
 
 impl ElfFile {
     /// Opens and checks the ELF file at `path`.
-    pub fn open(path: &Path) -> Result<ElfFile, LoadError> {
+    pub(crate) fn open(path: &Path) -> Result<ElfFile, LoadError> {
         let (file, file_size) = open_executable(path)?;
         let head = read_prefix(&file, path, 0, EHDR_SIZE)?;
         if !is_elf(&head) {
@@ -277,7 +277,7 @@ impl ElfFile {
     }
 
     /// The PT_INTERP path, if the file has one.
-    pub fn interp_path(&self) -> Result<Option<PathBuf>, LoadError> {
+    pub(crate) fn interp_path(&self) -> Result<Option<PathBuf>, LoadError> {
         use std::os::unix::ffi::OsStrExt;
         let Some(ph) = self.phdrs.iter().find(|p| p.p_type == PT_INTERP) else {
             return Ok(None);
@@ -296,7 +296,7 @@ impl ElfFile {
 
     /// Maps all PT_LOAD segments, followed (when `brk_reserve > 0`) by a `PROT_NONE`,
     /// `MAP_NORESERVE` reservation of `brk_reserve` bytes (a page multiple) right after the image.
-    pub fn map(&self, brk_reserve: u64) -> Result<MappedImage, LoadError> {
+    pub(crate) fn map(&self, brk_reserve: u64) -> Result<MappedImage, LoadError> {
         let page = page_size();
         let loads: Vec<&ProgramHeader> =
             self.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
@@ -428,6 +428,9 @@ impl ElfFile {
         if ph.p_flags & PF_X != 0 {
             prot |= libc::PROT_EXEC;
         }
+        if ph.p_memsz == 0 {
+            return Ok(());
+        }
         let seg_start = ph.p_vaddr.wrapping_add(bias);
         let page_start = round_down(seg_start, page);
         let file_end = seg_start + ph.p_filesz;
@@ -526,15 +529,15 @@ impl ElfFile {
 /// A module mapped into its reservation. Dropping it unmaps everything; [`MappedImage::keep`]
 /// hands the mappings over for good.
 #[derive(Debug)]
-pub struct MappedImage {
+pub(crate) struct MappedImage {
     /// Where the module landed.
-    pub module: MappedModule,
+    pub(crate) module: MappedModule,
     res: Reservation,
 }
 
 impl MappedImage {
     /// Keeps the mappings (they are never unmapped by the loader after this).
-    pub fn keep(self) {
+    pub(crate) fn keep(self) {
         std::mem::forget(self.res);
     }
 }

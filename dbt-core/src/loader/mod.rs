@@ -276,11 +276,11 @@ pub fn load(program: &GuestProgram, opts: &LoadOptions) -> Result<LoadedGuest, L
         what: "the brk reservation",
         errno: libc::ENOMEM,
     })?;
-    let exe_file = ElfFile::open(&program.exe_path)?;
+    let exe_file = elf::ElfFile::open(&program.exe_path)?;
     let exe_res = exe_file.map(brk_reserve)?;
     let interp_res = match exe_file.interp_path()? {
         Some(interp_path) => {
-            let interp_file = ElfFile::open(&interp_path)
+            let interp_file = elf::ElfFile::open(&interp_path)
                 .map_err(|e| interp_error(&program.exe_path, &interp_path, e))?;
             Some(interp_file.map(0)?)
         }
@@ -339,8 +339,9 @@ fn interp_error(exe: &std::path::Path, interp: &std::path::Path, e: LoadError) -
     let errno = match e {
         LoadError::Os { errno, .. } => errno,
         LoadError::IsDirectory { .. } => libc::EISDIR,
-        LoadError::Map { .. } => return e,
-        _ => libc::ENOEXEC,
+        LoadError::NotExecutable { .. } => libc::ENOEXEC,
+        // These already name the interpreter file and say what is wrong with it.
+        _ => return e,
     };
     LoadError::Interpreter {
         path: show(exe),

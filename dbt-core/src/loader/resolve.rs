@@ -15,7 +15,7 @@ use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use super::elf::{is_elf, open_executable, parse_elf_header, read_prefix};
+use super::elf::{executable_by_us, is_elf, open_executable, parse_elf_header, read_prefix};
 use super::{show, GuestProgram, LoadError};
 
 /// How many `#!` interpreters may be chained (the kernel's BINPRM_MAX_RECURSION); one more fails
@@ -37,7 +37,7 @@ const DEFAULT_PATH: &str = "/bin:/usr/bin";
 /// run with /bin/sh, as Valgrind does.
 ///
 /// `args` are the guest's arguments after the program name: the guest's argv is
-/// `[program, args...]` (as given, so `ls` stays `ls` in argv[0] while `execfn` is `/usr/bin/ls`).
+/// `[program, args...]` (as given, so `ls` stays `ls` in `argv[0]` while `execfn` is `/usr/bin/ls`).
 pub fn resolve_program(program: &OsStr, args: &[OsString]) -> Result<GuestProgram, LoadError> {
     resolve_with_path(program, args, std::env::var_os("PATH").as_deref())
 }
@@ -191,17 +191,7 @@ fn search_path(name: &OsStr, path_var: &OsStr) -> Result<PathBuf, LoadError> {
 }
 
 fn is_executable_file(p: &Path) -> bool {
-    let Ok(meta) = std::fs::metadata(p) else {
-        return false;
-    };
-    if !meta.is_file() {
-        return false;
-    }
-    let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+    std::fs::metadata(p).is_ok_and(|m| m.is_file()) && executable_by_us(p)
 }
 
 /// `s` as a C string; an embedded NUL (impossible for a real command line) is reported as EINVAL

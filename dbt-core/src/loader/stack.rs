@@ -107,12 +107,12 @@ fn host_auxv(tag: u64) -> u64 {
 pub(crate) fn build_stack(inp: &StackInput<'_>) -> Result<BuiltStack, LoadError> {
     let page = page_size();
     let size = round_up(inp.stack_size.max(page), page).ok_or(LoadError::Map {
-        path: "stack".to_string(),
+        path: show(inp.path),
         what: "the guest stack",
         errno: libc::ENOMEM,
     })?;
     let res = Reservation::anywhere(size + page).map_err(|errno| LoadError::Map {
-        path: "stack".to_string(),
+        path: show(inp.path),
         what: "the guest stack",
         errno,
     })?;
@@ -129,7 +129,7 @@ pub(crate) fn build_stack(inp: &StackInput<'_>) -> Result<BuiltStack, LoadError>
     };
     if r != 0 {
         return Err(LoadError::Map {
-            path: "stack".to_string(),
+            path: show(inp.path),
             what: "the guest stack",
             errno: last_errno(),
         });

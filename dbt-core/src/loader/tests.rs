@@ -443,6 +443,12 @@ fn check_loaded(prog: &GuestProgram, o: &LoadOptions, g: &LoadedGuest) {
     assert_eq!(aux(a, AT_HWCAP), Some(host(AT_HWCAP)));
     assert_eq!(aux(a, AT_HWCAP2), Some(host(AT_HWCAP2) & !HWCAP2_FSGSBASE));
     assert_eq!(aux(a, AT_SYSINFO_EHDR), Some(host(AT_SYSINFO_EHDR)));
+    assert_eq!(
+        aux(a, AT_MINSIGSTKSZ),
+        Some(host(AT_MINSIGSTKSZ)).filter(|&v| v != 0)
+    );
+    assert_eq!(aux(a, AT_CLKTCK), Some(host(AT_CLKTCK)));
+    assert_eq!(aux(a, AT_UID), Some(host(AT_UID)));
     let vdso = g.vdso.expect("vdso");
     assert_eq!(vdso.0, host(AT_SYSINFO_EHDR));
     assert_eq!(peek_bytes(vdso.0, 4), b"\x7fELF");
@@ -728,4 +734,137 @@ fn stack_too_small_is_an_error_and_leaks_nothing() {
     assert!(err
         .to_string()
         .starts_with("rgrind: /usr/bin/true: Argument list too long"));
+}
+
+/// /usr/bin/true with its PT_INTERP string replaced by `new_interp` (same length or shorter).
+fn true_with_interp(dir: &Path, new_interp: &str) -> PathBuf {
+    let mut bytes = std::fs::read("/usr/bin/true").unwrap();
+    let old = b"/lib64/ld-linux-x86-64.so.2\0";
+    let at = bytes
+        .windows(old.len())
+        .position(|w| w == old)
+        .expect("PT_INTERP string");
+    assert!(new_interp.len() < old.len());
+    let mut repl = new_interp.as_bytes().to_vec();
+    repl.resize(old.len(), 0);
+    bytes[at..at + old.len()].copy_from_slice(&repl);
+    let p = dir.join("true-patched");
+    write_file(&p, &bytes, 0o755);
+    p
+}
+
+#[test]
+fn interpreter_errors() {
+    let d = temp_dir("interp");
+    let missing = true_with_interp(&d, "/lib64/ld-missing.so");
+    let prog = resolve(&missing, &[]).unwrap();
+    let err = load(&prog, &opts()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "rgrind: {}: can't open interpreter /lib64/ld-missing.so: No such file or directory",
+            missing.display()
+        )
+    );
+    // An interpreter without execute permission, and a directory.
+    for (interp, msg) in [
+        ("/etc/passwd", "Permission denied"),
+        ("/etc", "Is a directory"),
+    ] {
+        let bad = true_with_interp(&d, interp);
+        let err = load(&resolve(&bad, &[]).unwrap(), &opts()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "rgrind: {}: can't open interpreter {interp}: {msg}",
+                bad.display()
+            )
+        );
+        assert_eq!(err.exit_code(), 1);
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn malformed_elf_files() {
+    let d = temp_dir("malformed");
+    let ds = d.display();
+    // Header fine, program headers cut off.
+    let trunc = d.join("trunc");
+    write_file(
+        &trunc,
+        &std::fs::read("/usr/bin/true").unwrap()[..100],
+        0o755,
+    );
+    let prog = resolve(&trunc, &[]).unwrap();
+    let err = load(&prog, &opts()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("rgrind: {ds}/trunc: malformed ELF file: program headers extend past the end of the file")
+    );
+    // A segment claiming more file bytes than the file has.
+    let mut b = fake_elf(2, 62, 2);
+    b[64 + 32..64 + 40].copy_from_slice(&8192u64.to_le_bytes());
+    b[64 + 40..64 + 48].copy_from_slice(&8192u64.to_le_bytes());
+    let short = d.join("short");
+    write_file(&short, &b, 0o755);
+    let err = load(&resolve(&short, &[]).unwrap(), &opts()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("rgrind: {ds}/short: malformed ELF file: segment extends past the end of the file")
+    );
+    // p_filesz > p_memsz.
+    let mut b = fake_elf(2, 62, 2);
+    b[64 + 40..64 + 48].copy_from_slice(&16u64.to_le_bytes());
+    let fm = d.join("filesz");
+    write_file(&fm, &b, 0o755);
+    let err = load(&resolve(&fm, &[]).unwrap(), &opts()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("rgrind: {ds}/filesz: malformed ELF file: segment has p_filesz > p_memsz")
+    );
+    // No PT_LOAD at all.
+    let mut b = fake_elf(2, 62, 3);
+    b[64..68].copy_from_slice(&4u32.to_le_bytes()); // PT_NOTE
+    let nl = d.join("noload");
+    write_file(&nl, &b, 0o755);
+    let err = load(&resolve(&nl, &[]).unwrap(), &opts()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("rgrind: {ds}/noload: malformed ELF file: no PT_LOAD segment")
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn hand_made_et_dyn_honours_p_align_and_zeroes_bss() {
+    // One R+W segment, 2 MiB aligned, 100 file bytes followed by a page and a half of .bss.
+    let mut b = fake_elf(2, 62, 3);
+    b[24..32].copy_from_slice(&0x10u64.to_le_bytes()); // e_entry
+    let ph = &mut b[64..120];
+    ph[4..8].copy_from_slice(&6u32.to_le_bytes()); // R+W
+    ph[16..24].copy_from_slice(&0u64.to_le_bytes());
+    ph[32..40].copy_from_slice(&300u64.to_le_bytes());
+    ph[40..48].copy_from_slice(&(300u64 + 6144).to_le_bytes());
+    ph[48..56].copy_from_slice(&(2u64 << 20).to_le_bytes());
+    for (i, x) in b[200..4096].iter_mut().enumerate() {
+        *x = (i % 251) as u8 + 1; // non-zero bytes past p_filesz in the file's page
+    }
+    let d = temp_dir("etdyn");
+    let f = d.join("dyn");
+    write_file(&f, &b, 0o755);
+    let g = load(&resolve(&f, &[]).unwrap(), &opts()).unwrap();
+    assert_eq!(g.exe.load_bias % (2 << 20), 0);
+    assert_eq!(g.exe.start, g.exe.load_bias);
+    assert_eq!(g.exe.end, g.exe.start + 8192);
+    assert_eq!(g.entry, g.exe.load_bias + 0x10);
+    assert!(g.exe.exec_ranges.is_empty());
+    assert_eq!(peek_bytes(g.exe.start, 300), &b[..300]);
+    assert!(peek_bytes(g.exe.start + 300, 6144).iter().all(|&x| x == 0));
+    assert_eq!(perms_at(g.exe.start).as_deref(), Some("rw-p"));
+    assert_eq!(perms_at(g.exe.start + 4096).as_deref(), Some("rw-p"));
+    assert_eq!(perms_at(g.brk_start).as_deref(), Some("---p"));
+    // SAFETY: nothing ran.
+    unsafe { g.unmap() };
+    std::fs::remove_dir_all(&d).unwrap();
 }
