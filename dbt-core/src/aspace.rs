@@ -67,8 +67,15 @@ impl GuestRanges {
     pub fn gaps(&self, start: u64, end: u64) -> Vec<(u64, u64)> {
         let mut out = Vec::new();
         let mut cur = start;
-        let first = self.ranges.range(..=start).next_back().map(|(&s, &e)| (s, e));
-        let rest = self.ranges.range(start.saturating_add(1)..end).map(|(&s, &e)| (s, e));
+        let first = self
+            .ranges
+            .range(..=start)
+            .next_back()
+            .map(|(&s, &e)| (s, e));
+        let rest = self
+            .ranges
+            .range(start.saturating_add(1)..end)
+            .map(|(&s, &e)| (s, e));
         for (rs, re) in first.into_iter().chain(rest) {
             if re <= cur {
                 continue;
@@ -90,12 +97,20 @@ impl GuestRanges {
 
 /// Whether any byte of `[start, end)` is mapped in this process (reads /proc/self/maps).
 pub fn host_mapped(start: u64, end: u64) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return true };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return true;
+    };
     maps.lines().any(|l| {
         let range = l.split(' ').next().unwrap_or("");
         let mut it = range.split('-');
-        let s = it.next().and_then(|x| u64::from_str_radix(x, 16).ok()).unwrap_or(0);
-        let e = it.next().and_then(|x| u64::from_str_radix(x, 16).ok()).unwrap_or(0);
+        let s = it
+            .next()
+            .and_then(|x| u64::from_str_radix(x, 16).ok())
+            .unwrap_or(0);
+        let e = it
+            .next()
+            .and_then(|x| u64::from_str_radix(x, 16).ok())
+            .unwrap_or(0);
         s < end && e > start
     })
 }

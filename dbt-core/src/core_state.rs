@@ -7,8 +7,8 @@
 use crate::aspace::GuestRanges;
 use crate::cache::CodeCache;
 use crate::context::ThreadContext;
-use crate::translate::TranslateOptions;
 use crate::tool::{FiniReason, Tool};
+use crate::translate::TranslateOptions;
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 

@@ -58,7 +58,10 @@ pub enum RunError {
 const BRK_RESERVE: u64 = 4 << 30;
 
 fn stack_size() -> u64 {
-    let mut rl = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: getrlimit writes into the struct we own.
     let r = unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut rl) };
     let cur = if r == 0 { rl.rlim_cur } else { 8 << 20 };
@@ -67,13 +70,25 @@ fn stack_size() -> u64 {
 
 /// Loads `program` and runs it to completion; never returns on success (the process exits
 /// with the guest's status).
-pub fn run(program: &GuestProgram, envp: Vec<CString>, opts: CoreOptions, tool: Box<dyn Tool>) -> Result<std::convert::Infallible, RunError> {
+pub fn run(
+    program: &GuestProgram,
+    envp: Vec<CString>,
+    opts: CoreOptions,
+    tool: Box<dyn Tool>,
+) -> Result<std::convert::Infallible, RunError> {
     if !crate::dispatch::fsgsbase_available() {
         return Err(RunError::Host(
             "the kernel does not allow the FSGSBASE instructions (Linux 5.9+ on a CPU with FSGSBASE is needed)".into(),
         ));
     }
-    let loaded = loader::load(program, &LoadOptions { envp, brk_reserve: BRK_RESERVE, stack_size: stack_size() })?;
+    let loaded = loader::load(
+        program,
+        &LoadOptions {
+            envp,
+            brk_reserve: BRK_RESERVE,
+            stack_size: stack_size(),
+        },
+    )?;
     let mut mappings = crate::aspace::GuestRanges::default();
     mappings.insert(loaded.exe.start, loaded.exe.end);
     if let Some(i) = &loaded.interp {
@@ -87,13 +102,22 @@ pub fn run(program: &GuestProgram, envp: Vec<CString>, opts: CoreOptions, tool: 
     for a in &program.argv {
         cmdline.extend_from_slice(a.as_bytes_with_nul());
     }
-    let auxv: Vec<u8> = loaded.auxv.iter().flat_map(|&(k, v)| k.to_ne_bytes().into_iter().chain(v.to_ne_bytes())).collect();
-    let exe_path = std::fs::canonicalize(&program.exe_path).unwrap_or_else(|_| program.exe_path.clone());
+    let auxv: Vec<u8> = loaded
+        .auxv
+        .iter()
+        .flat_map(|&(k, v)| k.to_ne_bytes().into_iter().chain(v.to_ne_bytes()))
+        .collect();
+    let exe_path =
+        std::fs::canonicalize(&program.exe_path).unwrap_or_else(|_| program.exe_path.clone());
     let _ = exe_path.as_os_str().as_bytes();
     install(Core {
         cache: CodeCache::default(),
         topts: TranslateOptions {
-            max_insns: if opts.single_step { 1 } else { opts.max_block_insns },
+            max_insns: if opts.single_step {
+                1
+            } else {
+                opts.max_block_insns
+            },
             trace_blocks: opts.trace_blocks,
         },
         chaining: opts.chaining && !opts.single_step,
@@ -114,7 +138,8 @@ pub fn run(program: &GuestProgram, envp: Vec<CString>, opts: CoreOptions, tool: 
         tool,
         finished: false,
     });
-    let ctx = ThreadContext::allocate().ok_or_else(|| RunError::Host("cannot allocate a thread context".into()))?;
+    let ctx = ThreadContext::allocate()
+        .ok_or_else(|| RunError::Host("cannot allocate a thread context".into()))?;
     ctx.gpr = [0; 16];
     ctx.gpr[reg::RSP] = loaded.initial_rsp;
     ctx.rip = loaded.entry;

@@ -16,7 +16,11 @@ pub fn open(path: Option<&str>) -> std::io::Result<()> {
     let fd = match path {
         Some(p) => {
             let expanded = expand(p);
-            let f = std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&expanded)?;
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&expanded)?;
             use std::os::fd::IntoRawFd;
             f.into_raw_fd()
         }
@@ -34,7 +38,8 @@ pub fn open(path: Option<&str>) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: `high` is a fresh descriptor owned by nobody else.
-    *LOG.lock().unwrap_or_else(|p| p.into_inner()) = Some(unsafe { std::fs::File::from_raw_fd(high) });
+    *LOG.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some(unsafe { std::fs::File::from_raw_fd(high) });
     Ok(())
 }
 

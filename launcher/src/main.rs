@@ -36,21 +36,42 @@ fn main() {
 fn run(s: Settings) -> ! {
     let program = match dbt_core::loader::resolve_program(&s.program, &s.program_args) {
         Ok(p) => p,
-        Err(e) => fail(&[e.to_string()]),
+        Err(e) => {
+            // LoadError messages carry Valgrind's `rgrind: ` prefix already.
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
     };
-    if let Err(e) = log::open(if s.quiet && s.log_file.is_none() { None } else { s.log_file.as_deref() }) {
-        fail(&[format!("cannot open log file '{}': {e}", s.log_file.clone().unwrap_or_default())]);
+    if let Err(e) = log::open(if s.quiet && s.log_file.is_none() {
+        None
+    } else {
+        s.log_file.as_deref()
+    }) {
+        fail(&[format!(
+            "cannot open log file '{}': {e}",
+            s.log_file.clone().unwrap_or_default()
+        )]);
     }
     let (banner, tool): ([&str; 2], Box<dyn dbt_core::tool::Tool>) = match s.tool {
-        ToolName::None => (tools::none::NoneTool::BANNER, Box::new(tools::none::NoneTool { quiet: s.quiet })),
-        ToolName::Cachegrind | ToolName::Callgrind => {
-            fail(&[format!("--tool={} is not implemented yet", if s.tool == ToolName::Cachegrind { "cachegrind" } else { "callgrind" })])
-        }
+        ToolName::None => (
+            tools::none::NoneTool::BANNER,
+            Box::new(tools::none::NoneTool { quiet: s.quiet }),
+        ),
+        ToolName::Cachegrind | ToolName::Callgrind => fail(&[format!(
+            "--tool={} is not implemented yet",
+            if s.tool == ToolName::Cachegrind {
+                "cachegrind"
+            } else {
+                "callgrind"
+            }
+        )]),
     };
     if !s.quiet {
         log::line(banner[0]);
         log::line(banner[1]);
-        log::line(&format!("Using rgrind-{VERSION} (Valgrind-3.19.0 compatible); rerun with -h for copyright info"));
+        log::line(&format!(
+            "Using rgrind-{VERSION} (Valgrind-3.19.0 compatible); rerun with -h for copyright info"
+        ));
         let mut cmd = s.program.to_string_lossy().into_owned();
         for a in &s.program_args {
             cmd.push(' ');

@@ -76,13 +76,19 @@ impl CodeCache {
     /// The space is only taken by `commit`.
     pub fn reserve(&mut self, guest: u64, len: u64) -> Option<u64> {
         for c in &self.chunks {
-            if c.end - c.used >= len && c.used.abs_diff(guest) < NEAR && c.end.abs_diff(guest) < NEAR
+            if c.end - c.used >= len
+                && c.used.abs_diff(guest) < NEAR
+                && c.end.abs_diff(guest) < NEAR
             {
                 return Some(c.used);
             }
         }
         let base = map_chunk_near(guest)?;
-        self.chunks.push(Chunk { base, end: base + CHUNK_SIZE, used: base });
+        self.chunks.push(Chunk {
+            base,
+            end: base + CHUNK_SIZE,
+            used: base,
+        });
         let _ = self.chunks.last().map(|c| c.base);
         Some(base)
     }
@@ -115,7 +121,9 @@ impl CodeCache {
             return false;
         }
         let rel = target_host as i64 - (rec.patch_site as i64 + 4);
-        let Ok(rel32) = i32::try_from(rel) else { return false };
+        let Ok(rel32) = i32::try_from(rel) else {
+            return false;
+        };
         // SAFETY: patch_site is a 4-byte aligned rel32 field inside a live translation in an
         // RWX chunk (ExitRecord invariant); an aligned 4-byte store is atomic for other threads.
         unsafe { core::ptr::write_volatile(rec.patch_site as *mut i32, rel32) };

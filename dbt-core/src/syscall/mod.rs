@@ -85,7 +85,10 @@ pub fn handle(ctx: &mut ThreadContext) {
         Disposition::NoSys => -ENOSYS,
     };
     if core().process.trace_syscalls {
-        eprintln!("--rgrind-- syscall {nr}({:#x}, {:#x}, {:#x}, ...) = {ret}", args[0], args[1], args[2]);
+        eprintln!(
+            "--rgrind-- syscall {nr}({:#x}, {:#x}, {:#x}, ...) = {ret}",
+            args[0], args[1], args[2]
+        );
     }
     ctx.gpr[reg::RAX] = ret as u64;
     ctx.gpr[reg::RCX] = ctx.rip;
@@ -108,7 +111,11 @@ fn brk(want: u64) -> i64 {
     if need > p.brk_mapped {
         // SAFETY: [brk_mapped, need) lies inside the brk reservation made by the loader.
         let r = unsafe {
-            libc::mprotect(p.brk_mapped as *mut libc::c_void, (need - p.brk_mapped) as usize, libc::PROT_READ | libc::PROT_WRITE)
+            libc::mprotect(
+                p.brk_mapped as *mut libc::c_void,
+                (need - p.brk_mapped) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
         };
         if r != 0 {
             return p.brk_cur as i64;
@@ -137,7 +144,11 @@ fn brk(want: u64) -> i64 {
 
 /// Whether the guest may change `[start, end)`: every page is the guest's or unmapped.
 fn guest_may_touch(c: &crate::core_state::Core, start: u64, end: u64) -> bool {
-    c.process.mappings.gaps(start, end).into_iter().all(|(s, e)| !host_mapped(s, e))
+    c.process
+        .mappings
+        .gaps(start, end)
+        .into_iter()
+        .all(|(s, e)| !host_mapped(s, e))
 }
 
 fn memory(nr: u64, a: [u64; 6]) -> i64 {
@@ -146,7 +157,10 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
         libc::SYS_mmap => {
             let (addr, len, flags) = (a[0], a[1], a[3] as i32);
             let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
-            if fixed && flags & libc::MAP_FIXED != 0 && !guest_may_touch(&c, addr, addr.saturating_add(page_up(len))) {
+            if fixed
+                && flags & libc::MAP_FIXED != 0
+                && !guest_may_touch(&c, addr, addr.saturating_add(page_up(len)))
+            {
                 return -ENOMEM;
             }
             let r = pass(nr, a);
@@ -166,7 +180,12 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
             if addr % PAGE != 0 {
                 return -EINVAL;
             }
-            if !c.process.mappings.gaps(addr, addr.saturating_add(len)).is_empty() {
+            if !c
+                .process
+                .mappings
+                .gaps(addr, addr.saturating_add(len))
+                .is_empty()
+            {
                 // Not (all) the guest's: refuse if any of it is rgrind's.
                 if !guest_may_touch(&c, addr, addr.saturating_add(len)) {
                     return -EINVAL;
@@ -186,11 +205,13 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
         }
         _ => {
             // mremap(old, old_len, new_len, flags, new_addr)
-            let (old, old_len, new_len, flags, new_addr) = (a[0], page_up(a[1]), page_up(a[2]), a[3] as i32, a[4]);
+            let (old, old_len, new_len, flags, new_addr) =
+                (a[0], page_up(a[1]), page_up(a[2]), a[3] as i32, a[4]);
             if !guest_may_touch(&c, old, old + old_len) {
                 return -EINVAL;
             }
-            if flags & libc::MREMAP_FIXED != 0 && !guest_may_touch(&c, new_addr, new_addr + new_len) {
+            if flags & libc::MREMAP_FIXED != 0 && !guest_may_touch(&c, new_addr, new_addr + new_len)
+            {
                 return -ENOMEM;
             }
             let r = pass(nr, a);
@@ -236,8 +257,14 @@ fn arch_prctl(ctx: &mut ThreadContext, a: [u64; 6]) -> i64 {
 
 fn write_guest_u64(addr: u64, v: u64) -> i64 {
     let bytes = v.to_ne_bytes();
-    let local = libc::iovec { iov_base: bytes.as_ptr() as *mut libc::c_void, iov_len: 8 };
-    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: 8 };
+    let local = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 8,
+    };
     // SAFETY: process_vm_writev reports a bad guest address as an error instead of faulting.
     let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
     if r == 8 {
@@ -305,8 +332,12 @@ fn proc_self(nr: u64, a: [u64; 6]) -> i64 {
         libc::SYS_readlink | libc::SYS_open => (a[0], false),
         _ => (a[1], true),
     };
-    let Some(path) = guest_cstr(path_arg) else { return pass(nr, a) };
-    let Some(file) = proc_self_file(&path) else { return pass(nr, a) };
+    let Some(path) = guest_cstr(path_arg) else {
+        return pass(nr, a);
+    };
+    let Some(file) = proc_self_file(&path) else {
+        return pass(nr, a);
+    };
     let c = core();
     match nr as i64 {
         libc::SYS_readlink | libc::SYS_readlinkat => {
@@ -316,8 +347,14 @@ fn proc_self(nr: u64, a: [u64; 6]) -> i64 {
             let target = c.process.exe_path.as_os_str().as_bytes().to_vec();
             let (buf, size) = if is_at { (a[2], a[3]) } else { (a[1], a[2]) };
             let n = target.len().min(size as usize);
-            let local = libc::iovec { iov_base: target.as_ptr() as *mut libc::c_void, iov_len: n };
-            let remote = libc::iovec { iov_base: buf as *mut libc::c_void, iov_len: n };
+            let local = libc::iovec {
+                iov_base: target.as_ptr() as *mut libc::c_void,
+                iov_len: n,
+            };
+            let remote = libc::iovec {
+                iov_base: buf as *mut libc::c_void,
+                iov_len: n,
+            };
             // SAFETY: process_vm_writev reports a bad guest buffer as an error.
             let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
             if r < 0 {
@@ -331,8 +368,12 @@ fn proc_self(nr: u64, a: [u64; 6]) -> i64 {
             let mode = if is_at { a[3] } else { a[2] };
             match file {
                 ProcFile::Exe => {
-                    let p = CString::new(c.process.exe_path.as_os_str().as_bytes()).unwrap_or_default();
-                    pass(libc::SYS_openat as u64, [libc::AT_FDCWD as u64, p.as_ptr() as u64, flags, mode, 0, 0])
+                    let p =
+                        CString::new(c.process.exe_path.as_os_str().as_bytes()).unwrap_or_default();
+                    pass(
+                        libc::SYS_openat as u64,
+                        [libc::AT_FDCWD as u64, p.as_ptr() as u64, flags, mode, 0, 0],
+                    )
                 }
                 ProcFile::Auxv => memfd_with(&c.process.auxv),
                 ProcFile::Cmdline => memfd_with(&c.process.cmdline),
@@ -392,10 +433,17 @@ fn exec(nr: u64, a: [u64; 6]) -> i64 {
         libc::SYS_execve => (a[0], a[1], a[2]),
         _ => (a[1], a[2], a[3]),
     };
-    let Some(mut path) = guest_cstr(path_arg) else { return -EFAULT };
+    let Some(mut path) = guest_cstr(path_arg) else {
+        return -EFAULT;
+    };
     let (trace, rgrind_exe, rgrind_args, exe_path) = {
         let c = core();
-        (c.process.trace_children, c.process.rgrind_exe.clone(), c.process.rgrind_args.clone(), c.process.exe_path.clone())
+        (
+            c.process.trace_children,
+            c.process.rgrind_exe.clone(),
+            c.process.rgrind_args.clone(),
+            c.process.exe_path.clone(),
+        )
     };
     if proc_self_file(&path) == Some(ProcFile::Exe) {
         path = CString::new(exe_path.as_os_str().as_bytes()).unwrap_or_default();
@@ -408,7 +456,10 @@ fn exec(nr: u64, a: [u64; 6]) -> i64 {
     // The profile is written before the image is replaced, as Valgrind does.
     finish(FiniReason::Exec);
     if !trace {
-        return pass(libc::SYS_execve as u64, [path.as_ptr() as u64, argv, envp, 0, 0, 0]);
+        return pass(
+            libc::SYS_execve as u64,
+            [path.as_ptr() as u64, argv, envp, 0, 0, 0],
+        );
     }
     // Run rgrind again on the new program, with the same options.
     let guest_args = read_guest_ptr_array(argv);
@@ -427,7 +478,10 @@ fn exec(nr: u64, a: [u64; 6]) -> i64 {
     if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
         return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(2));
     }
-    pass(libc::SYS_execve as u64, [exe.as_ptr() as u64, ptrs.as_ptr() as u64, envp, 0, 0, 0])
+    pass(
+        libc::SYS_execve as u64,
+        [exe.as_ptr() as u64, ptrs.as_ptr() as u64, envp, 0, 0, 0],
+    )
 }
 
 fn read_guest_ptr_array(addr: u64) -> Vec<CString> {
@@ -454,5 +508,7 @@ fn read_guest_ptr_array(addr: u64) -> Vec<CString> {
 
 /// Path bytes for messages.
 pub fn display_path(p: &CStr) -> String {
-    OsStr::from_bytes(p.to_bytes()).to_string_lossy().into_owned()
+    OsStr::from_bytes(p.to_bytes())
+        .to_string_lossy()
+        .into_owned()
 }

@@ -59,8 +59,14 @@ pub fn read_guest(addr: u64, buf: &mut [u8]) -> usize {
         let a = addr + done as u64;
         let page_left = 0x1000 - (a & 0xfff) as usize;
         let n = page_left.min(buf.len() - done);
-        let local = libc::iovec { iov_base: buf[done..].as_mut_ptr().cast(), iov_len: n };
-        let remote = libc::iovec { iov_base: a as *mut libc::c_void, iov_len: n };
+        let local = libc::iovec {
+            iov_base: buf[done..].as_mut_ptr().cast(),
+            iov_len: n,
+        };
+        let remote = libc::iovec {
+            iov_base: a as *mut libc::c_void,
+            iov_len: n,
+        };
         // SAFETY: process_vm_readv on our own pid reads through the kernel, which reports an
         // unmapped remote page as an error instead of faulting; `local` is a valid buffer of n bytes.
         let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
@@ -87,8 +93,7 @@ enum BlockEnd {
 }
 
 fn ends_block(insn: &Instruction) -> bool {
-    matches!(insn.code(), Code::Syscall | Code::Cpuid)
-        || insn.flow_control() != FlowControl::Next
+    matches!(insn.code(), Code::Syscall | Code::Cpuid) || insn.flow_control() != FlowControl::Next
 }
 
 fn decode_block(guest: u64, buf: &[u8], opts: &TranslateOptions) -> (Vec<Instruction>, BlockEnd) {
@@ -101,7 +106,14 @@ fn decode_block(guest: u64, buf: &[u8], opts: &TranslateOptions) -> (Vec<Instruc
         }
         if !decoder.can_decode() {
             if insns.is_empty() {
-                return (insns, BlockEnd::Trap { addr: next, signal: libc::SIGSEGV, next });
+                return (
+                    insns,
+                    BlockEnd::Trap {
+                        addr: next,
+                        signal: libc::SIGSEGV,
+                        next,
+                    },
+                );
             }
             return (insns, BlockEnd::FallThrough(next));
         }
@@ -115,10 +127,24 @@ fn decode_block(guest: u64, buf: &[u8], opts: &TranslateOptions) -> (Vec<Instruc
             } else {
                 libc::SIGILL
             };
-            return (insns, BlockEnd::Trap { addr: next, signal, next });
+            return (
+                insns,
+                BlockEnd::Trap {
+                    addr: next,
+                    signal,
+                    next,
+                },
+            );
         }
         if let Some(signal) = trap_signal(&insn) {
-            return (insns, BlockEnd::Trap { addr: insn.ip(), signal, next: insn.next_ip() });
+            return (
+                insns,
+                BlockEnd::Trap {
+                    addr: insn.ip(),
+                    signal,
+                    next: insn.next_ip(),
+                },
+            );
         }
         next = insn.next_ip();
         let end = ends_block(&insn);
@@ -146,10 +172,15 @@ fn trap_signal(insn: &Instruction) -> Option<i32> {
 /// Whether the instruction touches GS, which rgrind owns.
 fn uses_gs(insn: &Instruction) -> bool {
     insn.segment_prefix() == Register::GS
-        || (0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i) == Register::GS)
+        || (0..insn.op_count())
+            .any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i) == Register::GS)
         || matches!(
             insn.code(),
-            Code::Rdgsbase_r32 | Code::Rdgsbase_r64 | Code::Wrgsbase_r32 | Code::Wrgsbase_r64 | Code::Swapgs
+            Code::Rdgsbase_r32
+                | Code::Rdgsbase_r64
+                | Code::Wrgsbase_r32
+                | Code::Wrgsbase_r64
+                | Code::Swapgs
         )
 }
 
@@ -211,7 +242,6 @@ struct Emitter {
     first_exit_id: u32,
 }
 
-
 const S0: i32 = scratch_off(0);
 const S1: i32 = scratch_off(1);
 const S2: i32 = scratch_off(2);
@@ -230,7 +260,12 @@ impl Emitter {
 
     fn new_exit(&mut self, kind: ExitKind, target: u64) -> DynamicLabel {
         let label = self.ops.new_dynamic_label();
-        self.exits.push(PendingExit { kind, target, label, patch_off: None });
+        self.exits.push(PendingExit {
+            kind,
+            target,
+            label,
+            patch_off: None,
+        });
         label
     }
 
@@ -311,7 +346,8 @@ impl Emitter {
     fn load_target(&mut self, insn: &Instruction) -> Result<(), String> {
         if insn.op0_kind() == OpKind::Register {
             let r = insn.op0_register();
-            let mov = Instruction::with2(Code::Mov_r64_rm64, Register::RDX, r).map_err(|e| e.to_string())?;
+            let mov = Instruction::with2(Code::Mov_r64_rm64, Register::RDX, r)
+                .map_err(|e| e.to_string())?;
             return self.encode(&mov);
         }
         if insn.is_ip_rel_memory_operand() {
@@ -356,10 +392,17 @@ impl Emitter {
             let mov = Instruction::with2(Code::Mov_r64_imm64, r, abs).map_err(|e| e.to_string())?;
             return self.encode(&mov);
         }
-        let scratch = [Register::RBX, Register::RSI, Register::RDI, Register::R8, Register::R9, Register::R10]
-            .into_iter()
-            .find(|&r| !uses_register(insn, r))
-            .ok_or("no free scratch register")?;
+        let scratch = [
+            Register::RBX,
+            Register::RSI,
+            Register::RDI,
+            Register::R8,
+            Register::R9,
+            Register::R10,
+        ]
+        .into_iter()
+        .find(|&r| !uses_register(insn, r))
+        .ok_or("no free scratch register")?;
         let mut moved = *insn;
         moved.set_memory_base(scratch);
         moved.set_memory_displacement64(0);
@@ -391,27 +434,37 @@ impl Emitter {
 
 fn uses_register(insn: &Instruction, r: Register) -> bool {
     let full = r.full_register();
-    (0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i).full_register() == full)
+    (0..insn.op_count())
+        .any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i).full_register() == full)
         || insn.memory_base().full_register() == full
         || insn.memory_index().full_register() == full
-        // Implicit users (string ops, mul/div, cmpxchg...): stay away from all of rax..rdi's
-        // implicit roles by only offering rbx/rsi/rdi/r8-r10 and checking explicit operands;
-        // string instructions have no RIP-relative operand.
+    // Implicit users (string ops, mul/div, cmpxchg...): stay away from all of rax..rdi's
+    // implicit roles by only offering rbx/rsi/rdi/r8-r10 and checking explicit operands;
+    // string instructions have no RIP-relative operand.
 }
 
 /// Translates the guest block at `guest` and records it in `cache`; returns its host address.
-pub fn translate(cache: &mut CodeCache, guest: u64, opts: &TranslateOptions) -> Result<u64, TranslateError> {
+pub fn translate(
+    cache: &mut CodeCache,
+    guest: u64,
+    opts: &TranslateOptions,
+) -> Result<u64, TranslateError> {
     let mut buf = vec![0u8; MAX_BLOCK_BYTES];
     let n = read_guest(guest, &mut buf);
     buf.truncate(n);
     let (insns, end) = decode_block(guest, &buf, opts);
     for insn in &insns {
         if uses_gs(insn) {
-            return Err(TranslateError::Unsupported { addr: insn.ip(), text: insn_text(insn) });
+            return Err(TranslateError::Unsupported {
+                addr: insn.ip(),
+                text: insn_text(insn),
+            });
         }
     }
     let bound = 256 + insns.iter().map(|i| i.len() as u64 + 160).sum::<u64>();
-    let host = cache.reserve(guest, bound).ok_or(TranslateError::CacheFull)?;
+    let host = cache
+        .reserve(guest, bound)
+        .ok_or(TranslateError::CacheFull)?;
     let mut em = Emitter {
         ops: VecAssembler::new(host as usize),
         host,
@@ -440,7 +493,9 @@ pub fn translate(cache: &mut CodeCache, guest: u64, opts: &TranslateOptions) -> 
     let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
     let len = code.len() as u64;
     if len > bound {
-        return Err(internal(format!("block of {len} bytes exceeds its bound {bound}")));
+        return Err(internal(format!(
+            "block of {len} bytes exceeds its bound {bound}"
+        )));
     }
     // SAFETY: `host..host+bound` was reserved in an RWX chunk for this translation and no other
     // code has been placed there; nothing executes it before `insert_block` publishes it.
@@ -467,7 +522,14 @@ pub fn translate(cache: &mut CodeCache, guest: u64, opts: &TranslateOptions) -> 
             insns.len()
         );
     }
-    cache.insert_block(Block { guest_start: guest, guest_end, host, host_len: len, exits: exit_ids, incoming: Vec::new() });
+    cache.insert_block(Block {
+        guest_start: guest,
+        guest_end,
+        host,
+        host_len: len,
+        exits: exit_ids,
+        incoming: Vec::new(),
+    });
     Ok(host)
 }
 
@@ -561,4 +623,3 @@ fn is_rcx_branch(insn: &Instruction) -> bool {
             | Code::Loopne_rel8_64_ECX
     )
 }
-

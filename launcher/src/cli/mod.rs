@@ -89,17 +89,61 @@ struct Opt {
 }
 
 const OPTIONS: &[Opt] = &[
-    Opt { name: "--tool", kind: Kind::Str, help: "use the tool named <name>: none, cachegrind, callgrind" },
-    Opt { name: "-q", kind: Kind::Flag, help: "run silently; only print error messages" },
-    Opt { name: "--quiet", kind: Kind::Flag, help: "same as -q" },
-    Opt { name: "-v", kind: Kind::Flag, help: "be more verbose" },
-    Opt { name: "--verbose", kind: Kind::Flag, help: "same as -v" },
-    Opt { name: "--log-file", kind: Kind::Str, help: "log messages to <file> (%p and %q{VAR} expand)" },
-    Opt { name: "--trace-children", kind: Kind::Bool, help: "run exec'd programs under rgrind too [no]" },
-    Opt { name: "--trace-blocks", kind: Kind::Bool, help: "debug: log each translated block (guest range, host address) [no]" },
-    Opt { name: "--trace-syscalls", kind: Kind::Bool, help: "debug: log each system call and its result [no]" },
-    Opt { name: "--single-step", kind: Kind::Bool, help: "debug: one guest instruction per block, no chaining [no]" },
-    Opt { name: "--chain", kind: Kind::Bool, help: "debug: chain direct branches between blocks [yes]" },
+    Opt {
+        name: "--tool",
+        kind: Kind::Str,
+        help: "use the tool named <name>: none, cachegrind, callgrind",
+    },
+    Opt {
+        name: "-q",
+        kind: Kind::Flag,
+        help: "run silently; only print error messages",
+    },
+    Opt {
+        name: "--quiet",
+        kind: Kind::Flag,
+        help: "same as -q",
+    },
+    Opt {
+        name: "-v",
+        kind: Kind::Flag,
+        help: "be more verbose",
+    },
+    Opt {
+        name: "--verbose",
+        kind: Kind::Flag,
+        help: "same as -v",
+    },
+    Opt {
+        name: "--log-file",
+        kind: Kind::Str,
+        help: "log messages to <file> (%p and %q{VAR} expand)",
+    },
+    Opt {
+        name: "--trace-children",
+        kind: Kind::Bool,
+        help: "run exec'd programs under rgrind too [no]",
+    },
+    Opt {
+        name: "--trace-blocks",
+        kind: Kind::Bool,
+        help: "debug: log each translated block (guest range, host address) [no]",
+    },
+    Opt {
+        name: "--trace-syscalls",
+        kind: Kind::Bool,
+        help: "debug: log each system call and its result [no]",
+    },
+    Opt {
+        name: "--single-step",
+        kind: Kind::Bool,
+        help: "debug: one guest instruction per block, no chaining [no]",
+    },
+    Opt {
+        name: "--chain",
+        kind: Kind::Bool,
+        help: "debug: chain direct branches between blocks [yes]",
+    },
 ];
 
 pub fn usage() -> String {
@@ -220,14 +264,29 @@ mod tests {
         assert_eq!(s.tool, ToolName::None);
         assert!(s.quiet);
         assert_eq!(s.program, "ls");
-        assert_eq!(s.program_args, vec![OsString::from("-l"), OsString::from("--tool=x")]);
+        assert_eq!(
+            s.program_args,
+            vec![OsString::from("-l"), OsString::from("--tool=x")]
+        );
     }
 
     #[test]
     fn errors_name_the_option() {
-        check(&["--foo=bar", "ls"], Err(CliError::Unknown("--foo=bar".into())));
-        check(&["--trace-children=maybe", "ls"], Err(CliError::BadBool("--trace-children=maybe".into(), "maybe".into())));
+        check(
+            &["--foo=bar", "ls"],
+            Err(CliError::Unknown("--foo=bar".into())),
+        );
+        check(
+            &["--trace-children=maybe", "ls"],
+            Err(CliError::BadBool(
+                "--trace-children=maybe".into(),
+                "maybe".into(),
+            )),
+        );
         check(&["-q"], Err(CliError::NoProgram));
-        assert_eq!(CliError::Unknown("--foo".into()).lines()[0], "Unknown option: --foo");
+        assert_eq!(
+            CliError::Unknown("--foo".into()).lines()[0],
+            "Unknown option: --foo"
+        );
     }
 }

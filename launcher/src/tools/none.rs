@@ -6,8 +6,10 @@ pub struct NoneTool {
 }
 
 impl NoneTool {
-    pub const BANNER: [&'static str; 2] =
-        ["Nulgrind, the minimal Valgrind tool", "Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote."];
+    pub const BANNER: [&'static str; 2] = [
+        "Nulgrind, the minimal Valgrind tool",
+        "Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote.",
+    ];
 }
 
 impl Tool for NoneTool {
