@@ -1,4 +1,104 @@
-fn main() {
-    eprintln!("rgrind: not yet implemented");
+//! `rgrind`: the Valgrind-compatible command line in front of the translator and the tools.
+mod cli;
+mod log;
+mod tools;
+
+use cli::{Command, Settings, ToolName};
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn fail(lines: &[String]) -> ! {
+    for l in lines {
+        eprintln!("rgrind: {l}");
+    }
     std::process::exit(1);
+}
+
+fn main() {
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let settings = match cli::parse(&args) {
+        Ok(Command::Run(s)) => s,
+        Ok(Command::Help) => {
+            print!("{}", cli::usage());
+            return;
+        }
+        Ok(Command::Version) => {
+            println!("rgrind-{VERSION} (valgrind-3.19.0 compatible)");
+            return;
+        }
+        Err(e) => fail(&e.lines()),
+    };
+    run(settings)
+}
+
+fn run(s: Settings) -> ! {
+    let program = match dbt_core::loader::resolve_program(&s.program, &s.program_args) {
+        Ok(p) => p,
+        Err(e) => {
+            // LoadError messages carry Valgrind's `rgrind: ` prefix already.
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = log::open(if s.quiet && s.log_file.is_none() {
+        None
+    } else {
+        s.log_file.as_deref()
+    }) {
+        fail(&[format!(
+            "cannot open log file '{}': {e}",
+            s.log_file.clone().unwrap_or_default()
+        )]);
+    }
+    let (banner, tool): ([&str; 2], Box<dyn dbt_core::tool::Tool>) = match s.tool {
+        ToolName::None => (
+            tools::none::NoneTool::BANNER,
+            Box::new(tools::none::NoneTool { quiet: s.quiet }),
+        ),
+        ToolName::Cachegrind | ToolName::Callgrind => fail(&[format!(
+            "--tool={} is not implemented yet",
+            if s.tool == ToolName::Cachegrind {
+                "cachegrind"
+            } else {
+                "callgrind"
+            }
+        )]),
+    };
+    if !s.quiet {
+        log::line(banner[0]);
+        log::line(banner[1]);
+        log::line(&format!(
+            "Using rgrind-{VERSION} (Valgrind-3.19.0 compatible); rerun with -h for copyright info"
+        ));
+        let mut cmd = s.program.to_string_lossy().into_owned();
+        for a in &s.program_args {
+            cmd.push(' ');
+            cmd.push_str(&a.to_string_lossy());
+        }
+        log::line(&format!("Command: {cmd}"));
+        log::line("");
+    }
+    let envp: Vec<CString> = std::env::vars_os()
+        .map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).unwrap_or_default()
+        })
+        .collect();
+    let opts = dbt_core::CoreOptions {
+        trace_blocks: s.trace_blocks,
+        trace_syscalls: s.trace_syscalls,
+        single_step: s.single_step,
+        chaining: s.chaining,
+        trace_children: s.trace_children,
+        rgrind_args: s.raw_options.clone(),
+        ..Default::default()
+    };
+    match dbt_core::run(&program, envp, opts, tool) {
+        Ok(never) => match never {},
+        Err(e) => fail(&[e.to_string()]),
+    }
 }

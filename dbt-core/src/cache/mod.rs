@@ -1,0 +1,210 @@
+//! The code cache: executable memory placed near the guest code it translates, the table from
+//! guest block addresses to their translations, the exit records translated code leaves
+//! through, and chaining.
+//!
+//! # Invariants
+//! * Every translation lives inside one `Chunk`; a chunk is never unmapped (discarded
+//!   translations are unlinked and forgotten, their bytes stay dead).
+//! * A chunk is placed within `NEAR` bytes of the guest address that caused its creation, and a
+//!   block is only put into a chunk within `NEAR` of its guest address, so RIP-relative operands
+//!   of a module smaller than 2 GiB - 2 * NEAR re-encode with a rel32.
+//! * A chained exit's `patch_site` holds `target_host - (patch_site + 4)`; unchained it points
+//!   at the exit's own stub. `incoming` of a block lists every exit record chained into it.
+//! * Patch sites are 4-byte aligned so a patch is one atomic store.
+use std::collections::{BTreeMap, HashMap};
+
+/// Bytes of address space per chunk.
+const CHUNK_SIZE: u64 = 64 << 20;
+/// How far a chunk may be from the guest code it serves.
+const NEAR: u64 = 512 << 20;
+
+struct Chunk {
+    base: u64,
+    end: u64,
+    used: u64,
+}
+
+/// What an exit does once control is back in the dispatcher.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExitKind {
+    /// A direct branch (or fall-through) to `target`; may be chained.
+    Direct,
+    /// A `syscall` instruction; `target` is the address after it.
+    Syscall,
+    /// A `cpuid` instruction; `target` is the address after it.
+    Cpuid,
+    /// An instruction that traps natively (`int3`, `ud2`, undecodable bytes, ...); `target` is
+    /// its address and `signal` what the kernel would deliver.
+    Trap { signal: i32, next: u64 },
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct ExitRecord {
+    pub kind: ExitKind,
+    pub target: u64,
+    /// Address of the rel32 to patch when chaining, or 0.
+    pub patch_site: u64,
+    /// Address of this exit's stub (the unchained destination of `patch_site`).
+    pub stub: u64,
+    /// Guest start of the block the exit belongs to.
+    pub from_block: u64,
+}
+
+pub struct Block {
+    pub guest_start: u64,
+    pub guest_end: u64,
+    pub host: u64,
+    pub host_len: u64,
+    pub exits: Vec<u32>,
+    /// Exit records chained into this block.
+    pub incoming: Vec<u32>,
+}
+
+#[derive(Default)]
+pub struct CodeCache {
+    chunks: Vec<Chunk>,
+    pub blocks: HashMap<u64, Block>,
+    /// Blocks ordered by guest start, for range invalidation.
+    by_start: BTreeMap<u64, u64>,
+    pub exits: Vec<ExitRecord>,
+    /// Longest guest block seen, bounding range queries.
+    max_guest_len: u64,
+}
+
+impl CodeCache {
+    /// Finds room for `len` bytes of code near `guest`; returns the host address.
+    /// The space is only taken by `commit`.
+    pub fn reserve(&mut self, guest: u64, len: u64) -> Option<u64> {
+        for c in &self.chunks {
+            if c.end - c.used >= len
+                && c.used.abs_diff(guest) < NEAR
+                && c.end.abs_diff(guest) < NEAR
+            {
+                return Some(c.used);
+            }
+        }
+        let base = map_chunk_near(guest)?;
+        self.chunks.push(Chunk {
+            base,
+            end: base + CHUNK_SIZE,
+            used: base,
+        });
+        let _ = self.chunks.last().map(|c| c.base);
+        Some(base)
+    }
+
+    /// Marks `[host, host+len)` as used; `host` must come from `reserve`.
+    pub fn commit(&mut self, host: u64, len: u64) {
+        for c in &mut self.chunks {
+            if c.used == host {
+                c.used = (host + len + 15) & !15;
+                return;
+            }
+        }
+    }
+
+    pub fn insert_block(&mut self, block: Block) {
+        self.max_guest_len = self.max_guest_len.max(block.guest_end - block.guest_start);
+        self.by_start.insert(block.guest_start, block.host);
+        self.blocks.insert(block.guest_start, block);
+    }
+
+    pub fn add_exit(&mut self, rec: ExitRecord) -> u32 {
+        self.exits.push(rec);
+        (self.exits.len() - 1) as u32
+    }
+
+    /// Chains exit `id` to the translation at `target_host` if a rel32 reaches it.
+    pub fn chain(&mut self, id: u32, target_guest: u64, target_host: u64) -> bool {
+        let rec = self.exits[id as usize];
+        if rec.patch_site == 0 {
+            return false;
+        }
+        let rel = target_host as i64 - (rec.patch_site as i64 + 4);
+        let Ok(rel32) = i32::try_from(rel) else {
+            return false;
+        };
+        // SAFETY: patch_site is a 4-byte aligned rel32 field inside a live translation in an
+        // RWX chunk (ExitRecord invariant); an aligned 4-byte store is atomic for other threads.
+        unsafe { core::ptr::write_volatile(rec.patch_site as *mut i32, rel32) };
+        if let Some(b) = self.blocks.get_mut(&target_guest) {
+            b.incoming.push(id);
+        }
+        true
+    }
+
+    fn unchain(&mut self, id: u32) {
+        let rec = self.exits[id as usize];
+        let rel = rec.stub as i64 - (rec.patch_site as i64 + 4);
+        // SAFETY: as in `chain`; the stub is in the same translation, within rel32 range.
+        unsafe { core::ptr::write_volatile(rec.patch_site as *mut i32, rel as i32) };
+    }
+
+    /// Forgets every translation whose guest code overlaps `[start, end)`; returns how many.
+    /// Chained predecessors are unlinked so they exit to the dispatcher instead.
+    pub fn invalidate(&mut self, start: u64, end: u64) -> usize {
+        let lo = start.saturating_sub(self.max_guest_len);
+        let victims: Vec<u64> = self
+            .by_start
+            .range(lo..end)
+            .map(|(&g, _)| g)
+            .filter(|g| self.blocks.get(g).is_some_and(|b| b.guest_end > start))
+            .collect();
+        for g in &victims {
+            self.by_start.remove(g);
+            if let Some(b) = self.blocks.remove(g) {
+                for id in b.incoming {
+                    self.unchain(id);
+                }
+                // Outgoing chains of the dead block are dead code now; drop them from the
+                // targets' incoming lists so a later unchain does not touch freed logic.
+                for id in b.exits {
+                    let t = self.exits[id as usize].target;
+                    if let Some(tb) = self.blocks.get_mut(&t) {
+                        tb.incoming.retain(|&i| i != id);
+                    }
+                }
+            }
+        }
+        victims.len()
+    }
+}
+
+/// Maps an RWX chunk as close to `guest` as the address space allows.
+fn map_chunk_near(guest: u64) -> Option<u64> {
+    let page = guest & !0xfff;
+    let mut candidates = Vec::new();
+    for k in 1..8u64 {
+        let d = k * (NEAR / 8);
+        candidates.push(page.wrapping_sub(d + CHUNK_SIZE) & !0xffff);
+        candidates.push(page.wrapping_add(d) & !0xffff);
+    }
+    for c in candidates {
+        if c < 0x10000 || c >= 0x7fff_0000_0000 {
+            continue;
+        }
+        if let Some(p) = mmap_rwx(c, libc::MAP_FIXED_NOREPLACE) {
+            return Some(p);
+        }
+    }
+    mmap_rwx(0, 0)
+}
+
+fn mmap_rwx(hint: u64, extra: i32) -> Option<u64> {
+    // SAFETY: anonymous mapping; with MAP_FIXED_NOREPLACE the kernel refuses to replace
+    // anything, so no existing mapping (guest or rgrind) is touched.
+    let p = unsafe {
+        libc::mmap(
+            hint as *mut libc::c_void,
+            CHUNK_SIZE as usize,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | extra,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED || (extra != 0 && p as u64 != hint) {
+        return None;
+    }
+    Some(p as u64)
+}

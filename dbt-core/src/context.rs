@@ -1,0 +1,194 @@
+//! The per-thread rgrind context that GS points at while guest code runs.
+//!
+//! Translated code reaches this block with `gs:`-relative operands (no register cost): spill
+//! slots, the saved guest register file, the exit protocol fields and the thread's
+//! indirect-branch lookup (IBL) table all live here.
+//!
+//! # Invariants
+//! * GS base == address of this thread's `ThreadContext` for the whole life of the thread.
+//! * The layout is `#[repr(C)]`; every offset the emitted code or the entry/exit asm uses is a
+//!   `pub const` computed with `offset_of!`, so the asm and the struct cannot drift apart.
+//! * `xsave_area` is 64-byte aligned (XSAVE requires it).
+//! * An IBL entry whose `neg_tag` is `1` (tag `u64::MAX`) is empty; a guest target never equals it.
+//!
+//! This module does not allocate translations or decide anything about the guest: it is the
+//! storage the dispatcher, the translator and the asm glue agree on.
+use core::mem::offset_of;
+
+/// Number of entries in a thread's IBL table. Indexed by the low 16 bits of the guest target,
+/// which translated code extracts with a flag-free `movzx`.
+pub const IBL_ENTRIES: usize = 1 << 16;
+/// Bytes reserved for the XSAVE image of the guest's extended state.
+pub const XSAVE_BYTES: usize = 16 * 1024;
+/// Spill slots available to translated code.
+pub const N_SCRATCH: usize = 8;
+
+/// Index of each general-purpose register in `ThreadContext::gpr` (hardware encoding order).
+pub mod reg {
+    pub const RAX: usize = 0;
+    pub const RCX: usize = 1;
+    pub const RDX: usize = 2;
+    pub const RBX: usize = 3;
+    pub const RSP: usize = 4;
+    pub const RBP: usize = 5;
+    pub const RSI: usize = 6;
+    pub const RDI: usize = 7;
+    pub const R8: usize = 8;
+    pub const R9: usize = 9;
+    pub const R10: usize = 10;
+    pub const R11: usize = 11;
+    pub const R12: usize = 12;
+    pub const R13: usize = 13;
+    pub const R14: usize = 14;
+    pub const R15: usize = 15;
+}
+
+/// One entry of the in-cache indirect-branch lookup table.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IblEntry {
+    /// `0 - guest_target`, so that `neg_tag + target == 0` tests a hit with a flag-free `lea`
+    /// followed by `jrcxz`.
+    pub neg_tag: u64,
+    /// Host address of the translation of `guest_target`.
+    pub host: u64,
+}
+
+/// Why translated code returned to the dispatcher; written to `ThreadContext::exit_id`.
+/// Values below `EXIT_ID_FIRST_SPECIAL` are indices of exit records (see `crate::cache`).
+pub const EXIT_ID_FIRST_SPECIAL: u32 = 0xffff_ff00;
+/// An indirect branch missed the IBL table; the guest target is in `ibl_target`.
+pub const EXIT_IBL_MISS: u32 = 0xffff_ff01;
+
+/// 64-byte aligned storage for XSAVE.
+#[repr(C, align(64))]
+pub struct XsaveArea(pub [u8; XSAVE_BYTES]);
+
+#[repr(C, align(4096))]
+pub struct ThreadContext {
+    /// Guest general-purpose registers while the guest is not running (hardware order).
+    pub gpr: [u64; 16],
+    pub rflags: u64,
+    /// Guest instruction pointer of the next instruction to run.
+    pub rip: u64,
+    /// Guest FS base.
+    pub guest_fs: u64,
+    /// rgrind's FS base for this thread (Rust TLS).
+    pub host_fs: u64,
+    /// Host stack pointer saved by `rgrind_enter`.
+    pub host_rsp: u64,
+    /// Host address `rgrind_enter` jumps to.
+    pub enter_target: u64,
+    /// Address of `rgrind_exit`, jumped to through `jmp gs:[EXIT_FN]`.
+    pub exit_fn: u64,
+    /// Exit record index or one of the `EXIT_*` specials.
+    pub exit_id: u64,
+    /// Guest target of an indirect branch that missed the IBL.
+    pub ibl_target: u64,
+    /// Host target of an IBL hit, jumped through.
+    pub ibl_jump: u64,
+    /// Address of this struct (what GS base holds), for code that needs it in a register.
+    pub self_addr: u64,
+    /// MXCSR value rgrind's own code runs with.
+    pub host_mxcsr: u32,
+    pub _pad0: u32,
+    /// Spill slots for translated code.
+    pub scratch: [u64; N_SCRATCH],
+    /// XSAVE image of the guest's x87/SSE/AVX/AVX-512 state while outside translated code.
+    pub xsave_area: XsaveArea,
+    pub ibl: [IblEntry; IBL_ENTRIES],
+}
+
+pub const OFF_GPR: usize = offset_of!(ThreadContext, gpr);
+pub const OFF_RFLAGS: usize = offset_of!(ThreadContext, rflags);
+pub const OFF_RIP: usize = offset_of!(ThreadContext, rip);
+pub const OFF_GUEST_FS: usize = offset_of!(ThreadContext, guest_fs);
+pub const OFF_HOST_FS: usize = offset_of!(ThreadContext, host_fs);
+pub const OFF_HOST_RSP: usize = offset_of!(ThreadContext, host_rsp);
+pub const OFF_ENTER_TARGET: usize = offset_of!(ThreadContext, enter_target);
+pub const OFF_EXIT_FN: usize = offset_of!(ThreadContext, exit_fn);
+pub const OFF_EXIT_ID: usize = offset_of!(ThreadContext, exit_id);
+pub const OFF_IBL_TARGET: usize = offset_of!(ThreadContext, ibl_target);
+pub const OFF_IBL_JUMP: usize = offset_of!(ThreadContext, ibl_jump);
+pub const OFF_SELF: usize = offset_of!(ThreadContext, self_addr);
+pub const OFF_HOST_MXCSR: usize = offset_of!(ThreadContext, host_mxcsr);
+pub const OFF_SCRATCH: usize = offset_of!(ThreadContext, scratch);
+pub const OFF_XSAVE: usize = offset_of!(ThreadContext, xsave_area);
+pub const OFF_IBL: usize = offset_of!(ThreadContext, ibl);
+
+const _: () = assert!(OFF_XSAVE % 64 == 0);
+const _: () = assert!(OFF_IBL + IBL_ENTRIES * 16 < i32::MAX as usize);
+// dispatch::enter hard-codes the gpr offsets (8 * register number).
+const _: () = assert!(OFF_GPR == 0);
+
+/// Offset of scratch slot `i` (for emitted code).
+pub const fn scratch_off(i: usize) -> i32 {
+    (OFF_SCRATCH + 8 * i) as i32
+}
+
+impl ThreadContext {
+    /// Allocates a zeroed context with mmap (it is ~1 MiB, too big for the stack) and
+    /// initialises the IBL table to empty.
+    pub fn allocate() -> Option<&'static mut ThreadContext> {
+        let size = core::mem::size_of::<ThreadContext>();
+        // SAFETY: anonymous private mapping; the result is checked before use.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        // SAFETY: the mapping is page aligned (>= the 4096 alignment), zero filled (a valid
+        // ThreadContext: all fields are plain integers), sized for the struct and never unmapped
+        // while the thread lives.
+        let ctx = unsafe { &mut *(p as *mut ThreadContext) };
+        ctx.self_addr = p as u64;
+        ctx.host_mxcsr = 0x1f80;
+        ctx.exit_fn = crate::dispatch::exit_fn_addr();
+        ctx.clear_ibl();
+        Some(ctx)
+    }
+
+    /// Empties the IBL table (after translations were discarded).
+    pub fn clear_ibl(&mut self) {
+        for e in self.ibl.iter_mut() {
+            e.neg_tag = 1;
+            e.host = 0;
+        }
+    }
+
+    pub fn ibl_insert(&mut self, guest: u64, host: u64) {
+        let e = &mut self.ibl[(guest & 0xffff) as usize];
+        e.neg_tag = guest.wrapping_neg();
+        e.host = host;
+    }
+
+    /// Initial guest xstate: whatever the host state is now, with default control words,
+    /// so the guest starts like after execve.
+    pub fn init_xstate(&mut self) {
+        // SAFETY: xsave_area is 64-byte aligned and XSAVE_BYTES is larger than the XSAVE size
+        // for the components in the mask (checked at startup against CPUID 0xD).
+        unsafe {
+            core::arch::asm!(
+                "fninit",
+                "xsave64 [{area}]",
+                area = in(reg) self.xsave_area.0.as_mut_ptr(),
+                in("eax") XSAVE_MASK_LO,
+                in("edx") 0u32,
+            );
+        }
+        // MXCSR lives at offset 24 of the legacy region.
+        self.xsave_area.0[24..28].copy_from_slice(&0x1f80u32.to_le_bytes());
+    }
+}
+
+/// State components saved and restored around rgrind's own code: x87, SSE, AVX, AVX-512
+/// (opmask, ZMM_Hi256, Hi16_ZMM). AMX and PKRU are left alone.
+pub const XSAVE_MASK_LO: u32 = 0xe7;

@@ -1,0 +1,121 @@
+//! Process-wide rgrind state: the code cache, the guest's process facts (exe path, brk,
+//! mappings) and the tool, behind one lock.
+//!
+//! # Invariants
+//! * `CORE` is written once by `run` before any guest code executes.
+//! * Code called from the code cache never takes this lock (only the dispatcher does).
+use crate::aspace::GuestRanges;
+use crate::cache::CodeCache;
+use crate::context::ThreadContext;
+use crate::tool::{FiniReason, Tool};
+use crate::translate::TranslateOptions;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+pub struct Process {
+    /// Absolute path of the guest executable (what /proc/self/exe shows).
+    pub exe_path: PathBuf,
+    /// NUL-separated argv (what /proc/self/cmdline shows).
+    pub cmdline: Vec<u8>,
+    /// The auxv as bytes (what /proc/self/auxv shows).
+    pub auxv: Vec<u8>,
+    pub brk_start: u64,
+    pub brk_cur: u64,
+    /// Highest brk mapped read-write so far (page aligned).
+    pub brk_mapped: u64,
+    pub brk_limit: u64,
+    pub mappings: GuestRanges,
+    pub trace_children: bool,
+    pub trace_syscalls: bool,
+    /// How to run rgrind again on an exec'd program: rgrind's own exe and its options.
+    pub rgrind_exe: PathBuf,
+    pub rgrind_args: Vec<std::ffi::OsString>,
+}
+
+pub struct Core {
+    pub cache: CodeCache,
+    pub topts: TranslateOptions,
+    pub chaining: bool,
+    pub process: Process,
+    pub tool: Box<dyn Tool>,
+    pub finished: bool,
+}
+
+static CORE: OnceLock<Mutex<Core>> = OnceLock::new();
+
+pub fn install(core: Core) {
+    if CORE.set(Mutex::new(core)).is_err() {
+        fatal("rgrind core initialised twice");
+    }
+}
+
+pub fn core() -> MutexGuard<'static, Core> {
+    match CORE.get() {
+        Some(m) => m.lock().unwrap_or_else(|p| p.into_inner()),
+        None => fatal("rgrind core used before initialisation"),
+    }
+}
+
+/// Lets the tool write its results (once), for any way the process ends.
+pub fn finish(reason: FiniReason) {
+    let mut c = core();
+    if !c.finished {
+        c.finished = true;
+        c.tool.fini(reason);
+    }
+}
+
+/// Reports an rgrind-level failure and exits with status 1.
+pub fn fatal(msg: &str) -> ! {
+    eprintln!("rgrind: {msg}");
+    // SAFETY: exit_group never returns.
+    unsafe { libc::syscall(libc::SYS_exit_group, 1) };
+    unreachable_exit()
+}
+
+fn unreachable_exit() -> ! {
+    std::process::abort()
+}
+
+/// A guest instruction raised `signal` natively. Until signal delivery is virtualised, the
+/// guest dies of it the way it would natively without a handler.
+pub fn guest_trap(ctx: &mut ThreadContext, signal: i32) -> ! {
+    let rip = ctx.rip;
+    let mut buf = [0u8; 16];
+    let n = crate::translate::read_guest(rip, &mut buf);
+    let mut dec = iced_x86::Decoder::with_ip(64, &buf[..n], rip, iced_x86::DecoderOptions::NONE);
+    let insn = dec.decode();
+    let text = if insn.is_invalid() {
+        format!("bytes {:02x?}", &buf[..n.min(8)])
+    } else {
+        crate::translate::insn_text(&insn)
+    };
+    if signal == libc::SIGILL {
+        eprintln!("rgrind: unhandled instruction `{text}` at guest address {rip:#x}");
+    } else {
+        eprintln!("rgrind: guest instruction `{text}` at {rip:#x} raised signal {signal}");
+    }
+    die_by_signal(signal)
+}
+
+/// Writes the profile, then ends the process by `signal`'s default action.
+pub fn die_by_signal(signal: i32) -> ! {
+    finish(FiniReason::Signal(signal));
+    // SAFETY: plain libc calls; restoring the default disposition and unblocking makes the
+    // raise terminate the process with the same wait status the guest would have had.
+    unsafe {
+        libc::signal(signal, libc::SIG_DFL);
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+        libc::raise(signal);
+        libc::syscall(libc::SYS_exit_group, 128 + signal);
+    }
+    unreachable_exit()
+}
+
+/// Guest threads are not supported yet: say so clearly and stop.
+pub fn unsupported_threads() -> ! {
+    fatal("the guest created a thread (clone with CLONE_THREAD); threads are not supported yet")
+}

@@ -1,0 +1,141 @@
+//! The only way into and out of translated code: `rgrind_enter` switches from rgrind's host
+//! state to the guest's (FS base, extended state, flags, registers, stack) and jumps into the
+//! code cache; `rgrind_exit`, reached with `jmp gs:[exit_fn]`, does the reverse and returns
+//! from `rgrind_enter`.
+//!
+//! # Invariants
+//! * Between the two, FS holds the guest's TLS base and rgrind's Rust code does not run.
+//! * `rgrind_exit` is entered with every guest register holding its guest value (exit stubs
+//!   restore their scratch registers first); `gs:[exit_id]` says why.
+//! * No state survives on the host stack across a cache execution except the callee-saved
+//!   registers `rgrind_enter` pushed.
+use crate::context::*;
+
+core::arch::global_asm!(
+    ".globl rgrind_enter",
+    ".type rgrind_enter,@function",
+    "rgrind_enter:",
+    "push rbx",
+    "push rbp",
+    "push r12",
+    "push r13",
+    "push r14",
+    "push r15",
+    "sub rsp, 8",
+    "mov [rdi + {host_rsp}], rsp",
+    "rdfsbase rax",
+    "mov [rdi + {host_fs}], rax",
+    "mov rax, [rdi + {guest_fs}]",
+    "wrfsbase rax",
+    "mov eax, {mask}",
+    "xor edx, edx",
+    "xrstor64 [rdi + {xsave}]",
+    "push qword ptr [rdi + {rflags}]",
+    "popfq",
+    "mov rax, [rdi + 0]",
+    "mov rcx, [rdi + 8]",
+    "mov rdx, [rdi + 16]",
+    "mov rbx, [rdi + 24]",
+    "mov rsp, [rdi + 32]",
+    "mov rbp, [rdi + 40]",
+    "mov rsi, [rdi + 48]",
+    "mov r8, [rdi + 64]",
+    "mov r9, [rdi + 72]",
+    "mov r10, [rdi + 80]",
+    "mov r11, [rdi + 88]",
+    "mov r12, [rdi + 96]",
+    "mov r13, [rdi + 104]",
+    "mov r14, [rdi + 112]",
+    "mov r15, [rdi + 120]",
+    "mov rdi, [rdi + 56]",
+    "jmp qword ptr gs:[{enter_target}]",
+    ".size rgrind_enter, . - rgrind_enter",
+    "",
+    ".globl rgrind_exit",
+    ".type rgrind_exit,@function",
+    "rgrind_exit:",
+    "mov gs:[0], rax",
+    "mov rax, gs:[{self_addr}]",
+    "mov [rax + 8], rcx",
+    "mov [rax + 16], rdx",
+    "mov [rax + 24], rbx",
+    "mov [rax + 32], rsp",
+    "mov [rax + 40], rbp",
+    "mov [rax + 48], rsi",
+    "mov [rax + 56], rdi",
+    "mov [rax + 64], r8",
+    "mov [rax + 72], r9",
+    "mov [rax + 80], r10",
+    "mov [rax + 88], r11",
+    "mov [rax + 96], r12",
+    "mov [rax + 104], r13",
+    "mov [rax + 112], r14",
+    "mov [rax + 120], r15",
+    "mov rsp, [rax + {host_rsp}]",
+    "pushfq",
+    "pop qword ptr [rax + {rflags}]",
+    "mov rbx, rax",
+    "rdfsbase rcx",
+    "mov [rbx + {guest_fs}], rcx",
+    "mov rcx, [rbx + {host_fs}]",
+    "wrfsbase rcx",
+    "mov eax, {mask}",
+    "xor edx, edx",
+    "xsave64 [rbx + {xsave}]",
+    "ldmxcsr [rbx + {host_mxcsr}]",
+    "cld",
+    "add rsp, 8",
+    "pop r15",
+    "pop r14",
+    "pop r13",
+    "pop r12",
+    "pop rbp",
+    "pop rbx",
+    "ret",
+    ".size rgrind_exit, . - rgrind_exit",
+    host_rsp = const OFF_HOST_RSP,
+    host_fs = const OFF_HOST_FS,
+    guest_fs = const OFF_GUEST_FS,
+    mask = const XSAVE_MASK_LO,
+    xsave = const OFF_XSAVE,
+    rflags = const OFF_RFLAGS,
+    enter_target = const OFF_ENTER_TARGET,
+    self_addr = const OFF_SELF,
+    host_mxcsr = const OFF_HOST_MXCSR,
+);
+
+extern "C" {
+    fn rgrind_enter(ctx: *mut ThreadContext);
+    fn rgrind_exit();
+}
+
+pub fn exit_fn_addr() -> u64 {
+    rgrind_exit as usize as u64
+}
+
+/// Runs translated code at `host` until it exits back; the exit is described by `ctx.exit_id`.
+///
+/// # Safety
+/// GS base must point at `ctx`; `host` must be the start of a live translation; the guest
+/// state in `ctx` must be one the guest can run with.
+pub unsafe fn enter(ctx: &mut ThreadContext, host: u64) {
+    ctx.enter_target = host;
+    // SAFETY: upheld by the caller; rgrind_enter saves and restores every callee-saved register
+    // and returns here with the host stack, FS and MXCSR as they were.
+    unsafe { rgrind_enter(ctx) }
+}
+
+/// Points GS at `ctx` for the calling thread.
+pub fn set_gs_base(ctx: &ThreadContext) {
+    let addr = ctx as *const ThreadContext as u64;
+    // SAFETY: wrgsbase only changes GS base; nothing in rgrind's Rust code or libc uses GS on
+    // x86-64 Linux. FSGSBASE support is checked at startup.
+    unsafe { core::arch::asm!("wrgsbase {}", in(reg) addr) };
+}
+
+/// Whether the kernel lets user space use rd/wr{fs,gs}base (HWCAP2 bit 1).
+pub fn fsgsbase_available() -> bool {
+    // SAFETY: getauxval has no preconditions.
+    let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) };
+    hwcap2 & 2 != 0
+}

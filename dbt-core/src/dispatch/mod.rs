@@ -1,0 +1,90 @@
+//! The dispatcher: the loop that runs translated code and handles each way it exits
+//! (chain request, indirect-branch miss, system call, cpuid, trap).
+//!
+//! # Invariants
+//! * The global `Core` lock is held only to look up, translate or chain — never across guest
+//!   execution or a system call that may block.
+//! * On return from `enter`, `ctx` holds the complete guest state.
+mod enter;
+
+pub use enter::{exit_fn_addr, fsgsbase_available, set_gs_base};
+
+use crate::cache::ExitKind;
+use crate::context::*;
+use crate::core_state::{core, Core};
+use crate::syscall;
+
+/// Looks up the translation of `guest`, translating it on a miss. A translation failure is
+/// fatal to the guest: it is reported and the process exits like Valgrind does.
+pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
+    if let Some(b) = core.cache.blocks.get(&guest) {
+        return b.host;
+    }
+    match crate::translate::translate(&mut core.cache, guest, &core.topts) {
+        Ok(host) => host,
+        Err(e) => crate::core_state::fatal(&format!("{e}")),
+    }
+}
+
+/// Runs the calling thread's guest until it exits the process or thread.
+pub fn run_thread(ctx: &mut ThreadContext) -> ! {
+    set_gs_base(ctx);
+    let mut next_host: Option<u64> = None;
+    loop {
+        let host = match next_host.take() {
+            Some(h) => h,
+            None => {
+                let mut c = core();
+                lookup_or_translate(&mut c, ctx.rip)
+            }
+        };
+        // SAFETY: GS points at ctx (set above, and by the thread's creator); `host` is a live
+        // translation returned under the lock; ctx holds the guest state.
+        unsafe { enter::enter(ctx, host) };
+        let id = ctx.exit_id as u32;
+        if id == EXIT_IBL_MISS {
+            let target = ctx.ibl_target;
+            ctx.rip = target;
+            let mut c = core();
+            let h = lookup_or_translate(&mut c, target);
+            ctx.ibl_insert(target, h);
+            next_host = Some(h);
+            continue;
+        }
+        let rec = core().cache.exits[id as usize];
+        match rec.kind {
+            ExitKind::Direct => {
+                ctx.rip = rec.target;
+                let mut c = core();
+                let h = lookup_or_translate(&mut c, rec.target);
+                if c.chaining {
+                    c.cache.chain(id, rec.target, h);
+                }
+                next_host = Some(h);
+            }
+            ExitKind::Syscall => {
+                ctx.rip = rec.target;
+                syscall::handle(ctx);
+            }
+            ExitKind::Cpuid => {
+                ctx.rip = rec.target;
+                emulate_cpuid(ctx);
+            }
+            ExitKind::Trap { signal, next: _ } => {
+                ctx.rip = rec.target;
+                crate::core_state::guest_trap(ctx, signal);
+            }
+        }
+    }
+}
+
+fn emulate_cpuid(ctx: &mut ThreadContext) {
+    let leaf = ctx.gpr[reg::RAX] as u32;
+    let sub = ctx.gpr[reg::RCX] as u32;
+    // SAFETY: cpuid is available on every x86-64 CPU.
+    let r = unsafe { core::arch::x86_64::__cpuid_count(leaf, sub) };
+    ctx.gpr[reg::RAX] = u64::from(r.eax);
+    ctx.gpr[reg::RBX] = u64::from(r.ebx);
+    ctx.gpr[reg::RCX] = u64::from(r.ecx);
+    ctx.gpr[reg::RDX] = u64::from(r.edx);
+}

@@ -1,0 +1,150 @@
+//! Starting a guest: load it, build the main thread's context and hand it to the dispatcher.
+use crate::cache::CodeCache;
+use crate::context::{reg, ThreadContext};
+use crate::core_state::{install, Core, Process};
+use crate::loader::{self, GuestProgram, LoadError, LoadOptions};
+use crate::tool::Tool;
+use crate::translate::TranslateOptions;
+use std::ffi::{CString, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+/// Core options, parsed by the launcher.
+#[derive(Clone, Debug)]
+pub struct CoreOptions {
+    /// Log each translation (guest range, host address).
+    pub trace_blocks: bool,
+    /// Log each system call and its result.
+    pub trace_syscalls: bool,
+    /// One guest instruction per block and no chaining: every instruction returns to the
+    /// dispatcher (for bisecting translation bugs).
+    pub single_step: bool,
+    /// Chain direct branches (off with --single-step or --chain=no).
+    pub chaining: bool,
+    /// Run exec'd programs under rgrind too.
+    pub trace_children: bool,
+    /// rgrind's own executable and the options to pass it again for --trace-children.
+    pub rgrind_exe: PathBuf,
+    pub rgrind_args: Vec<OsString>,
+    /// Instructions per block at most.
+    pub max_block_insns: usize,
+}
+
+impl Default for CoreOptions {
+    fn default() -> Self {
+        Self {
+            trace_blocks: false,
+            trace_syscalls: false,
+            single_step: false,
+            chaining: true,
+            trace_children: false,
+            rgrind_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rgrind")),
+            rgrind_args: Vec::new(),
+            max_block_insns: 60,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0}")]
+    Load(#[from] LoadError),
+    /// The host lacks something rgrind needs (a limit).
+    #[error("{0}")]
+    Host(String),
+}
+
+/// Bytes of address space reserved for the guest's brk heap.
+const BRK_RESERVE: u64 = 4 << 30;
+
+fn stack_size() -> u64 {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_STACK, &mut rl) };
+    let cur = if r == 0 { rl.rlim_cur } else { 8 << 20 };
+    cur.clamp(1 << 20, 1 << 30)
+}
+
+/// Loads `program` and runs it to completion; never returns on success (the process exits
+/// with the guest's status).
+pub fn run(
+    program: &GuestProgram,
+    envp: Vec<CString>,
+    opts: CoreOptions,
+    tool: Box<dyn Tool>,
+) -> Result<std::convert::Infallible, RunError> {
+    if !crate::dispatch::fsgsbase_available() {
+        return Err(RunError::Host(
+            "the kernel does not allow the FSGSBASE instructions (Linux 5.9+ on a CPU with FSGSBASE is needed)".into(),
+        ));
+    }
+    let loaded = loader::load(
+        program,
+        &LoadOptions {
+            envp,
+            brk_reserve: BRK_RESERVE,
+            stack_size: stack_size(),
+        },
+    )?;
+    let mut mappings = crate::aspace::GuestRanges::default();
+    mappings.insert(loaded.exe.start, loaded.exe.end);
+    if let Some(i) = &loaded.interp {
+        mappings.insert(i.start, i.end);
+    }
+    mappings.insert(loaded.stack_start, loaded.stack_end);
+    if let Some((s, e)) = loaded.vdso {
+        mappings.insert(s, e);
+    }
+    let mut cmdline = Vec::new();
+    for a in &program.argv {
+        cmdline.extend_from_slice(a.as_bytes_with_nul());
+    }
+    let auxv: Vec<u8> = loaded
+        .auxv
+        .iter()
+        .flat_map(|&(k, v)| k.to_ne_bytes().into_iter().chain(v.to_ne_bytes()))
+        .collect();
+    let exe_path =
+        std::fs::canonicalize(&program.exe_path).unwrap_or_else(|_| program.exe_path.clone());
+    let _ = exe_path.as_os_str().as_bytes();
+    install(Core {
+        cache: CodeCache::default(),
+        topts: TranslateOptions {
+            max_insns: if opts.single_step {
+                1
+            } else {
+                opts.max_block_insns
+            },
+            trace_blocks: opts.trace_blocks,
+        },
+        chaining: opts.chaining && !opts.single_step,
+        process: Process {
+            exe_path,
+            cmdline,
+            auxv,
+            brk_start: loaded.brk_start,
+            brk_cur: loaded.brk_start,
+            brk_mapped: loaded.brk_start,
+            brk_limit: loaded.brk_limit,
+            mappings,
+            trace_children: opts.trace_children,
+            trace_syscalls: opts.trace_syscalls,
+            rgrind_exe: opts.rgrind_exe.clone(),
+            rgrind_args: opts.rgrind_args.clone(),
+        },
+        tool,
+        finished: false,
+    });
+    let ctx = ThreadContext::allocate()
+        .ok_or_else(|| RunError::Host("cannot allocate a thread context".into()))?;
+    ctx.gpr = [0; 16];
+    ctx.gpr[reg::RSP] = loaded.initial_rsp;
+    ctx.rip = loaded.entry;
+    ctx.rflags = 0x202;
+    ctx.guest_fs = 0;
+    ctx.init_xstate();
+    crate::dispatch::run_thread(ctx)
+}

@@ -1,0 +1,514 @@
+//! System calls of the guest: a table says which ones pass straight to the kernel and which
+//! rgrind emulates, and why.
+//!
+//! Register convention (x86-64 Linux): number in rax, arguments in rdi, rsi, rdx, r10, r8, r9;
+//! the result goes to rax, and like the kernel we set rcx to the return address and r11 to the
+//! flags.
+//!
+//! # Invariants
+//! * A guest system call never maps over, unmaps or re-protects memory that is not the guest's
+//!   (see `crate::aspace`).
+//! * Translations of guest code that is unmapped or loses PROT_EXEC are discarded before the
+//!   guest runs again.
+pub mod raw;
+
+use crate::aspace::{host_mapped, page_up, PAGE};
+use crate::context::{reg, ThreadContext};
+use crate::core_state::{core, die_by_signal, finish};
+use crate::tool::FiniReason;
+use std::ffi::{CStr, CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+
+const ENOSYS: i64 = 38;
+const ENOMEM: i64 = 12;
+const EINVAL: i64 = 22;
+const EFAULT: i64 = 14;
+
+/// Why a system call is emulated rather than passed to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Disposition {
+    /// The kernel does it; rgrind does not need to know.
+    Pass,
+    /// brk: the guest's heap is a region rgrind reserved after the image.
+    Brk,
+    /// mmap/munmap/mprotect/mremap: guard rgrind's memory, track guest mappings, invalidate code.
+    Memory,
+    /// arch_prctl: the guest's FS base lives in the thread context.
+    ArchPrctl,
+    /// exit/exit_group: write the profile first.
+    Exit,
+    /// readlink/open of /proc/self/{exe,auxv,cmdline} show the guest.
+    ProcSelf,
+    /// fork/vfork/clone: vfork runs as fork; threads get their own context.
+    Clone,
+    /// execve: write the profile, and follow the child with --trace-children=yes.
+    Exec,
+    /// rseq, clone3: answered ENOSYS so glibc falls back, as under Valgrind.
+    NoSys,
+}
+
+fn disposition(nr: u64) -> Disposition {
+    use Disposition::*;
+    match nr as i64 {
+        libc::SYS_brk => Brk,
+        libc::SYS_mmap | libc::SYS_munmap | libc::SYS_mprotect | libc::SYS_mremap => Memory,
+        libc::SYS_arch_prctl => ArchPrctl,
+        libc::SYS_exit | libc::SYS_exit_group => Exit,
+        libc::SYS_readlink | libc::SYS_readlinkat | libc::SYS_open | libc::SYS_openat => ProcSelf,
+        libc::SYS_fork | libc::SYS_vfork | libc::SYS_clone => Clone,
+        libc::SYS_execve | libc::SYS_execveat => Exec,
+        libc::SYS_rseq | libc::SYS_clone3 => NoSys,
+        _ => Pass,
+    }
+}
+
+/// Handles the guest system call described by `ctx` (rip already past the instruction).
+pub fn handle(ctx: &mut ThreadContext) {
+    let nr = ctx.gpr[reg::RAX];
+    let args = [
+        ctx.gpr[reg::RDI],
+        ctx.gpr[reg::RSI],
+        ctx.gpr[reg::RDX],
+        ctx.gpr[reg::R10],
+        ctx.gpr[reg::R8],
+        ctx.gpr[reg::R9],
+    ];
+    let ret = match disposition(nr) {
+        Disposition::Pass => pass(nr, args),
+        Disposition::Brk => brk(args[0]),
+        Disposition::Memory => memory(nr, args),
+        Disposition::ArchPrctl => arch_prctl(ctx, args),
+        Disposition::Exit => exit(nr, args),
+        Disposition::ProcSelf => proc_self(nr, args),
+        Disposition::Clone => clone(ctx, nr, args),
+        Disposition::Exec => exec(nr, args),
+        Disposition::NoSys => -ENOSYS,
+    };
+    if core().process.trace_syscalls {
+        eprintln!(
+            "--rgrind-- syscall {nr}({:#x}, {:#x}, {:#x}, ...) = {ret}",
+            args[0], args[1], args[2]
+        );
+    }
+    ctx.gpr[reg::RAX] = ret as u64;
+    ctx.gpr[reg::RCX] = ctx.rip;
+    ctx.gpr[reg::R11] = ctx.rflags;
+}
+
+fn pass(nr: u64, args: [u64; 6]) -> i64 {
+    // SAFETY: calls in the Pass class cannot change rgrind's memory map or thread state; their
+    // pointer arguments refer to guest memory the kernel validates.
+    unsafe { raw::syscall6(nr, args) }
+}
+
+fn brk(want: u64) -> i64 {
+    let mut c = core();
+    let p = &mut c.process;
+    if want < p.brk_start || want > p.brk_limit {
+        return p.brk_cur as i64;
+    }
+    let need = page_up(want);
+    if need > p.brk_mapped {
+        // SAFETY: [brk_mapped, need) lies inside the brk reservation made by the loader.
+        let r = unsafe {
+            libc::mprotect(
+                p.brk_mapped as *mut libc::c_void,
+                (need - p.brk_mapped) as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+            )
+        };
+        if r != 0 {
+            return p.brk_cur as i64;
+        }
+        p.mappings.insert(p.brk_mapped, need);
+        p.brk_mapped = need;
+    } else if need < p.brk_mapped {
+        // Shrinking gives the pages back and makes them inaccessible again, as natively.
+        // SAFETY: as above, inside the reservation.
+        unsafe {
+            libc::mmap(
+                need as *mut libc::c_void,
+                (p.brk_mapped - need) as usize,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        p.mappings.remove(need, p.brk_mapped);
+        p.brk_mapped = need;
+    }
+    p.brk_cur = want;
+    want as i64
+}
+
+/// Whether the guest may change `[start, end)`: every page is the guest's or unmapped.
+fn guest_may_touch(c: &crate::core_state::Core, start: u64, end: u64) -> bool {
+    c.process
+        .mappings
+        .gaps(start, end)
+        .into_iter()
+        .all(|(s, e)| !host_mapped(s, e))
+}
+
+fn memory(nr: u64, a: [u64; 6]) -> i64 {
+    let mut c = core();
+    match nr as i64 {
+        libc::SYS_mmap => {
+            let (addr, len, flags) = (a[0], a[1], a[3] as i32);
+            let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
+            if fixed
+                && flags & libc::MAP_FIXED != 0
+                && !guest_may_touch(&c, addr, addr.saturating_add(page_up(len)))
+            {
+                return -ENOMEM;
+            }
+            let r = pass(nr, a);
+            if r >= 0 {
+                let start = r as u64;
+                let end = start + page_up(len);
+                c.process.mappings.insert(start, end);
+                if fixed {
+                    c.cache.invalidate(start, end);
+                    clear_ibl_all();
+                }
+            }
+            r
+        }
+        libc::SYS_munmap | libc::SYS_mprotect => {
+            let (addr, len) = (a[0], page_up(a[1]));
+            if addr % PAGE != 0 {
+                return -EINVAL;
+            }
+            if !c
+                .process
+                .mappings
+                .gaps(addr, addr.saturating_add(len))
+                .is_empty()
+            {
+                // Not (all) the guest's: refuse if any of it is rgrind's.
+                if !guest_may_touch(&c, addr, addr.saturating_add(len)) {
+                    return -EINVAL;
+                }
+            }
+            let r = pass(nr, a);
+            if r == 0 {
+                let drop_code = nr as i64 == libc::SYS_munmap || a[2] as i32 & libc::PROT_EXEC == 0;
+                if nr as i64 == libc::SYS_munmap {
+                    c.process.mappings.remove(addr, addr + len);
+                }
+                if drop_code && c.cache.invalidate(addr, addr + len) > 0 {
+                    clear_ibl_all();
+                }
+            }
+            r
+        }
+        _ => {
+            // mremap(old, old_len, new_len, flags, new_addr)
+            let (old, old_len, new_len, flags, new_addr) =
+                (a[0], page_up(a[1]), page_up(a[2]), a[3] as i32, a[4]);
+            if !guest_may_touch(&c, old, old + old_len) {
+                return -EINVAL;
+            }
+            if flags & libc::MREMAP_FIXED != 0 && !guest_may_touch(&c, new_addr, new_addr + new_len)
+            {
+                return -ENOMEM;
+            }
+            let r = pass(nr, a);
+            if r >= 0 {
+                c.process.mappings.remove(old, old + old_len);
+                c.process.mappings.insert(r as u64, r as u64 + new_len);
+                if c.cache.invalidate(old, old + old_len) > 0 {
+                    clear_ibl_all();
+                }
+            }
+            r
+        }
+    }
+}
+
+/// Empties the IBL table of the calling thread (the only thread so far).
+fn clear_ibl_all() {
+    let addr: u64;
+    // SAFETY: GS base is this thread's ThreadContext while the dispatcher runs.
+    unsafe { core::arch::asm!("rdgsbase {}", out(reg) addr) };
+    // SAFETY: GS points at a live ThreadContext owned by this thread.
+    let ctx = unsafe { &mut *(addr as *mut ThreadContext) };
+    ctx.clear_ibl();
+}
+
+const ARCH_SET_GS: u64 = 0x1001;
+const ARCH_SET_FS: u64 = 0x1002;
+const ARCH_GET_FS: u64 = 0x1003;
+const ARCH_GET_GS: u64 = 0x1004;
+
+fn arch_prctl(ctx: &mut ThreadContext, a: [u64; 6]) -> i64 {
+    match a[0] {
+        ARCH_SET_FS => {
+            ctx.guest_fs = a[1];
+            0
+        }
+        ARCH_GET_FS => write_guest_u64(a[1], ctx.guest_fs),
+        ARCH_GET_GS => write_guest_u64(a[1], 0),
+        ARCH_SET_GS => -EINVAL,
+        _ => pass(libc::SYS_arch_prctl as u64, a),
+    }
+}
+
+fn write_guest_u64(addr: u64, v: u64) -> i64 {
+    let bytes = v.to_ne_bytes();
+    let local = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: 8,
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: 8,
+    };
+    // SAFETY: process_vm_writev reports a bad guest address as an error instead of faulting.
+    let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+    if r == 8 {
+        0
+    } else {
+        -EFAULT
+    }
+}
+
+fn exit(nr: u64, a: [u64; 6]) -> i64 {
+    let status = a[0] as i32;
+    // Single-threaded for now: exit of the only thread ends the process with its status.
+    let _ = nr;
+    finish(FiniReason::Exit(status & 0xff));
+    // SAFETY: exit_group never returns.
+    unsafe { raw::syscall6(libc::SYS_exit_group as u64, [status as u64, 0, 0, 0, 0, 0]) };
+    die_by_signal(libc::SIGKILL)
+}
+
+/// Reads a NUL-terminated guest string (at most 4 KiB).
+fn guest_cstr(addr: u64) -> Option<CString> {
+    if addr == 0 {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    while out.len() < 4096 {
+        let n = crate::translate::read_guest(addr + out.len() as u64, &mut buf);
+        if n == 0 {
+            return None;
+        }
+        if let Some(z) = buf[..n].iter().position(|&b| b == 0) {
+            out.extend_from_slice(&buf[..z]);
+            return CString::new(out).ok();
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    None
+}
+
+/// Which /proc/self file a path names, if any.
+#[derive(PartialEq)]
+enum ProcFile {
+    Exe,
+    Auxv,
+    Cmdline,
+}
+
+fn proc_self_file(path: &CStr) -> Option<ProcFile> {
+    let p = path.to_bytes();
+    let pid = std::process::id().to_string();
+    let rest = p
+        .strip_prefix(b"/proc/self/")
+        .or_else(|| p.strip_prefix(format!("/proc/{pid}/").as_bytes()))?;
+    match rest {
+        b"exe" => Some(ProcFile::Exe),
+        b"auxv" => Some(ProcFile::Auxv),
+        b"cmdline" => Some(ProcFile::Cmdline),
+        _ => None,
+    }
+}
+
+fn proc_self(nr: u64, a: [u64; 6]) -> i64 {
+    let (path_arg, is_at) = match nr as i64 {
+        libc::SYS_readlink | libc::SYS_open => (a[0], false),
+        _ => (a[1], true),
+    };
+    let Some(path) = guest_cstr(path_arg) else {
+        return pass(nr, a);
+    };
+    let Some(file) = proc_self_file(&path) else {
+        return pass(nr, a);
+    };
+    let c = core();
+    match nr as i64 {
+        libc::SYS_readlink | libc::SYS_readlinkat => {
+            if file != ProcFile::Exe {
+                return pass(nr, a);
+            }
+            let target = c.process.exe_path.as_os_str().as_bytes().to_vec();
+            let (buf, size) = if is_at { (a[2], a[3]) } else { (a[1], a[2]) };
+            let n = target.len().min(size as usize);
+            let local = libc::iovec {
+                iov_base: target.as_ptr() as *mut libc::c_void,
+                iov_len: n,
+            };
+            let remote = libc::iovec {
+                iov_base: buf as *mut libc::c_void,
+                iov_len: n,
+            };
+            // SAFETY: process_vm_writev reports a bad guest buffer as an error.
+            let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
+            if r < 0 {
+                -EFAULT
+            } else {
+                r as i64
+            }
+        }
+        _ => {
+            let flags = if is_at { a[2] } else { a[1] };
+            let mode = if is_at { a[3] } else { a[2] };
+            match file {
+                ProcFile::Exe => {
+                    let p =
+                        CString::new(c.process.exe_path.as_os_str().as_bytes()).unwrap_or_default();
+                    pass(
+                        libc::SYS_openat as u64,
+                        [libc::AT_FDCWD as u64, p.as_ptr() as u64, flags, mode, 0, 0],
+                    )
+                }
+                ProcFile::Auxv => memfd_with(&c.process.auxv),
+                ProcFile::Cmdline => memfd_with(&c.process.cmdline),
+            }
+        }
+    }
+}
+
+/// A read-only-in-spirit file descriptor holding `bytes`, positioned at 0.
+fn memfd_with(bytes: &[u8]) -> i64 {
+    let name = c"rgrind-proc";
+    // SAFETY: memfd_create/write/lseek on a fresh fd rgrind owns until it hands it to the guest.
+    unsafe {
+        let fd = libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC);
+        if fd < 0 {
+            return -ENOMEM;
+        }
+        libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        libc::lseek(fd, 0, libc::SEEK_SET);
+        fd as i64
+    }
+}
+
+const CLONE_VM: u64 = 0x100;
+const CLONE_VFORK: u64 = 0x4000;
+const CLONE_THREAD: u64 = 0x10000;
+const CLONE_SETTLS: u64 = 0x80000;
+
+fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
+    // clone(flags, newsp, parent_tid, child_tid, tls); fork and vfork are clone(SIGCHLD).
+    let (flags, newsp, ptid, ctid, tls) = match nr as i64 {
+        libc::SYS_clone => (a[0], a[1], a[2], a[3], a[4]),
+        _ => (libc::SIGCHLD as u64, 0, 0, 0, 0),
+    };
+    if flags & CLONE_THREAD != 0 {
+        return crate::core_state::unsupported_threads();
+    }
+    // A new process: vfork's shared memory and suspended parent become a plain fork, and the
+    // child keeps rgrind's host stack (a copy), switching only the guest's stack and TLS.
+    let host_flags = flags & !(CLONE_VM | CLONE_VFORK | CLONE_SETTLS);
+    // SAFETY: without CLONE_VM the child is a copy of this process; with newsp 0 it continues
+    // on its copy of this very stack, so returning through Rust frames is sound in both.
+    let r = unsafe { raw::syscall6(libc::SYS_clone as u64, [host_flags, 0, ptid, ctid, 0, 0]) };
+    if r == 0 {
+        if newsp != 0 {
+            ctx.gpr[reg::RSP] = newsp;
+        }
+        if flags & CLONE_SETTLS != 0 {
+            ctx.guest_fs = tls;
+        }
+    }
+    r
+}
+
+fn exec(nr: u64, a: [u64; 6]) -> i64 {
+    let (path_arg, argv, envp) = match nr as i64 {
+        libc::SYS_execve => (a[0], a[1], a[2]),
+        _ => (a[1], a[2], a[3]),
+    };
+    let Some(mut path) = guest_cstr(path_arg) else {
+        return -EFAULT;
+    };
+    let (trace, rgrind_exe, rgrind_args, exe_path) = {
+        let c = core();
+        (
+            c.process.trace_children,
+            c.process.rgrind_exe.clone(),
+            c.process.rgrind_args.clone(),
+            c.process.exe_path.clone(),
+        )
+    };
+    if proc_self_file(&path) == Some(ProcFile::Exe) {
+        path = CString::new(exe_path.as_os_str().as_bytes()).unwrap_or_default();
+    }
+    if nr as i64 == libc::SYS_execveat && a[4] != 0 {
+        // execveat with flags (AT_EMPTY_PATH...) is passed as is.
+        finish(FiniReason::Exec);
+        return pass(nr, a);
+    }
+    // The profile is written before the image is replaced, as Valgrind does.
+    finish(FiniReason::Exec);
+    if !trace {
+        return pass(
+            libc::SYS_execve as u64,
+            [path.as_ptr() as u64, argv, envp, 0, 0, 0],
+        );
+    }
+    // Run rgrind again on the new program, with the same options.
+    let guest_args = read_guest_ptr_array(argv);
+    let mut new_argv: Vec<CString> = Vec::new();
+    new_argv.push(CString::new(rgrind_exe.as_os_str().as_bytes()).unwrap_or_default());
+    for o in &rgrind_args {
+        new_argv.push(CString::new(o.as_bytes()).unwrap_or_default());
+    }
+    new_argv.push(path.clone());
+    new_argv.extend(guest_args.into_iter().skip(1));
+    let mut ptrs: Vec<*const libc::c_char> = new_argv.iter().map(|s| s.as_ptr()).collect();
+    ptrs.push(core::ptr::null());
+    let exe = CString::new(rgrind_exe.as_os_str().as_bytes()).unwrap_or_default();
+    // Check the target exists and is executable first, so a failing exec fails like natively.
+    // SAFETY: access() on a valid C string.
+    if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
+        return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(2));
+    }
+    pass(
+        libc::SYS_execve as u64,
+        [exe.as_ptr() as u64, ptrs.as_ptr() as u64, envp, 0, 0, 0],
+    )
+}
+
+fn read_guest_ptr_array(addr: u64) -> Vec<CString> {
+    let mut out = Vec::new();
+    if addr == 0 {
+        return out;
+    }
+    for i in 0..4096u64 {
+        let mut b = [0u8; 8];
+        if crate::translate::read_guest(addr + i * 8, &mut b) != 8 {
+            break;
+        }
+        let p = u64::from_ne_bytes(b);
+        if p == 0 {
+            break;
+        }
+        match guest_cstr(p) {
+            Some(s) => out.push(s),
+            None => break,
+        }
+    }
+    out
+}
+
+/// Path bytes for messages.
+pub fn display_path(p: &CStr) -> String {
+    OsStr::from_bytes(p.to_bytes())
+        .to_string_lossy()
+        .into_owned()
+}

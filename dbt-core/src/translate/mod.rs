@@ -1,0 +1,625 @@
+//! Translation of one guest basic block into the code cache.
+//!
+//! Pipeline: `read_guest` copies the guest bytes (never faulting), `decode_block` cuts a
+//! single-entry block with iced-x86, and `emit_block` writes the host code: guest instructions
+//! copied byte for byte, RIP-relative operands re-encoded for the new address, control transfers
+//! replaced by exits (patchable `jmp rel32` to a stub, or the inline indirect-branch lookup).
+//!
+//! # Invariants
+//! * At every guest instruction boundary inside a translation the host registers and flags hold
+//!   the exact guest state; glue between instructions only uses `gs:` spill slots and restores
+//!   what it borrowed before the next guest instruction or exit.
+//! * Glue never changes arithmetic flags (only `mov`, `lea`, `movzx`, `jrcxz`, `jmp`).
+//! * `call` pushes the guest return address.
+//!
+//! Deliberately absent: instrumentation (tools add it through `crate::tool`), block chasing
+//! across direct jumps.
+use crate::cache::{Block, CodeCache, ExitKind, ExitRecord};
+use crate::context::*;
+use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
+use iced_x86::{
+    Code, ConditionCode, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl, Formatter,
+    Instruction, IntelFormatter, MemoryOperand, OpKind, Register,
+};
+
+/// Most guest bytes one block may span.
+const MAX_BLOCK_BYTES: usize = 2048;
+
+#[derive(Clone, Copy, Debug)]
+pub struct TranslateOptions {
+    pub max_insns: usize,
+    pub trace_blocks: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TranslateError {
+    /// The code cache could not be mapped (a limit).
+    #[error("cannot map memory for the code cache")]
+    CacheFull,
+    /// An instruction rgrind cannot translate (a limit, reported to the user).
+    #[error("unsupported instruction `{text}` at guest address {addr:#x}")]
+    Unsupported { addr: u64, text: String },
+    /// Emission failed (a bug).
+    #[error("internal error translating the block at {addr:#x}: {what}")]
+    Internal { addr: u64, what: String },
+}
+
+/// Formats an instruction in Intel syntax for messages.
+pub fn insn_text(insn: &Instruction) -> String {
+    let mut s = String::new();
+    IntelFormatter::new().format(insn, &mut s);
+    s
+}
+
+/// Copies guest memory at `addr` into `buf` without faulting; returns the bytes read (stops at
+/// the first unreadable page).
+pub fn read_guest(addr: u64, buf: &mut [u8]) -> usize {
+    let mut done = 0usize;
+    while done < buf.len() {
+        let a = addr + done as u64;
+        let page_left = 0x1000 - (a & 0xfff) as usize;
+        let n = page_left.min(buf.len() - done);
+        let local = libc::iovec {
+            iov_base: buf[done..].as_mut_ptr().cast(),
+            iov_len: n,
+        };
+        let remote = libc::iovec {
+            iov_base: a as *mut libc::c_void,
+            iov_len: n,
+        };
+        // SAFETY: process_vm_readv on our own pid reads through the kernel, which reports an
+        // unmapped remote page as an error instead of faulting; `local` is a valid buffer of n bytes.
+        let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        if r <= 0 {
+            break;
+        }
+        done += r as usize;
+        if (r as usize) < n {
+            break;
+        }
+    }
+    done
+}
+
+/// How a decoded block ends.
+#[derive(Debug)]
+enum BlockEnd {
+    /// Ran into the instruction limit or unreadable bytes: fall through to `next`.
+    FallThrough(u64),
+    /// The last instruction in `insns` transfers control.
+    Control,
+    /// The instruction at `addr` traps natively.
+    Trap { addr: u64, signal: i32, next: u64 },
+}
+
+fn ends_block(insn: &Instruction) -> bool {
+    matches!(insn.code(), Code::Syscall | Code::Cpuid) || insn.flow_control() != FlowControl::Next
+}
+
+fn decode_block(guest: u64, buf: &[u8], opts: &TranslateOptions) -> (Vec<Instruction>, BlockEnd) {
+    let mut decoder = Decoder::with_ip(64, buf, guest, DecoderOptions::NONE);
+    let mut insns = Vec::new();
+    let mut next = guest;
+    loop {
+        if insns.len() >= opts.max_insns {
+            return (insns, BlockEnd::FallThrough(next));
+        }
+        if !decoder.can_decode() {
+            if insns.is_empty() {
+                return (
+                    insns,
+                    BlockEnd::Trap {
+                        addr: next,
+                        signal: libc::SIGSEGV,
+                        next,
+                    },
+                );
+            }
+            return (insns, BlockEnd::FallThrough(next));
+        }
+        let insn = decoder.decode();
+        if insn.is_invalid() {
+            if decoder.last_error() == DecoderError::NoMoreBytes && !insns.is_empty() {
+                return (insns, BlockEnd::FallThrough(next));
+            }
+            let signal = if decoder.last_error() == DecoderError::NoMoreBytes {
+                libc::SIGSEGV
+            } else {
+                libc::SIGILL
+            };
+            return (
+                insns,
+                BlockEnd::Trap {
+                    addr: next,
+                    signal,
+                    next,
+                },
+            );
+        }
+        if let Some(signal) = trap_signal(&insn) {
+            return (
+                insns,
+                BlockEnd::Trap {
+                    addr: insn.ip(),
+                    signal,
+                    next: insn.next_ip(),
+                },
+            );
+        }
+        next = insn.next_ip();
+        let end = ends_block(&insn);
+        insns.push(insn);
+        if end {
+            return (insns, BlockEnd::Control);
+        }
+    }
+}
+
+/// The signal an instruction raises natively when rgrind must not run it itself.
+fn trap_signal(insn: &Instruction) -> Option<i32> {
+    match insn.code() {
+        Code::Int3 => Some(libc::SIGTRAP),
+        Code::Ud2 | Code::Ud0 | Code::Ud1_r32_rm32 | Code::Ud1_r64_rm64 => Some(libc::SIGILL),
+        Code::Hlt | Code::Int_imm8 | Code::Into | Code::Int1 => Some(libc::SIGSEGV),
+        Code::Syscall => None,
+        _ => match insn.flow_control() {
+            FlowControl::Interrupt | FlowControl::Exception => Some(libc::SIGSEGV),
+            _ => None,
+        },
+    }
+}
+
+/// Whether the instruction touches GS, which rgrind owns.
+fn uses_gs(insn: &Instruction) -> bool {
+    insn.segment_prefix() == Register::GS
+        || (0..insn.op_count())
+            .any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i) == Register::GS)
+        || matches!(
+            insn.code(),
+            Code::Rdgsbase_r32
+                | Code::Rdgsbase_r64
+                | Code::Wrgsbase_r32
+                | Code::Wrgsbase_r64
+                | Code::Swapgs
+        )
+}
+
+fn cc_number(cc: ConditionCode) -> u8 {
+    match cc {
+        ConditionCode::o => 0,
+        ConditionCode::no => 1,
+        ConditionCode::b => 2,
+        ConditionCode::ae => 3,
+        ConditionCode::e => 4,
+        ConditionCode::ne => 5,
+        ConditionCode::be => 6,
+        ConditionCode::a => 7,
+        ConditionCode::s => 8,
+        ConditionCode::ns => 9,
+        ConditionCode::p => 10,
+        ConditionCode::np => 11,
+        ConditionCode::l => 12,
+        ConditionCode::ge => 13,
+        ConditionCode::le => 14,
+        ConditionCode::g => 15,
+        ConditionCode::None => 0xff,
+    }
+}
+
+/// Memory operand of `insn` as a standalone operand (for `mov rdx, <it>`).
+fn memory_operand(insn: &Instruction) -> MemoryOperand {
+    let seg = match insn.segment_prefix() {
+        Register::None => Register::None,
+        s => s,
+    };
+    MemoryOperand::new(
+        insn.memory_base(),
+        insn.memory_index(),
+        insn.memory_index_scale(),
+        insn.memory_displacement64() as i64,
+        if insn.memory_base() == Register::None && insn.memory_index() == Register::None {
+            8
+        } else {
+            insn.memory_displ_size().max(1)
+        },
+        false,
+        seg,
+    )
+}
+
+struct PendingExit {
+    kind: ExitKind,
+    target: u64,
+    label: DynamicLabel,
+    /// Offset of the rel32 patch field, if patchable.
+    patch_off: Option<usize>,
+}
+
+struct Emitter {
+    ops: VecAssembler<X64Relocation>,
+    host: u64,
+    exits: Vec<PendingExit>,
+    first_exit_id: u32,
+}
+
+const S0: i32 = scratch_off(0);
+const S1: i32 = scratch_off(1);
+const S2: i32 = scratch_off(2);
+
+impl Emitter {
+    fn off(&self) -> usize {
+        self.ops.offset().0
+    }
+
+    /// Pads with NOPs so that a rel32 starting `prefix` bytes from here is 4-byte aligned.
+    fn align_rel32(&mut self, prefix: usize) {
+        while (self.host as usize + self.off() + prefix) % 4 != 0 {
+            self.ops.push(0x90);
+        }
+    }
+
+    fn new_exit(&mut self, kind: ExitKind, target: u64) -> DynamicLabel {
+        let label = self.ops.new_dynamic_label();
+        self.exits.push(PendingExit {
+            kind,
+            target,
+            label,
+            patch_off: None,
+        });
+        label
+    }
+
+    /// A patchable `jmp rel32` to a new exit stub.
+    fn jmp_exit(&mut self, kind: ExitKind, target: u64) {
+        let label = self.new_exit(kind, target);
+        self.align_rel32(1);
+        dynasm!(self.ops ; .arch x64 ; jmp =>label);
+        let off = self.off() - 4;
+        self.exits.last_mut().unwrap().patch_off = Some(off);
+    }
+
+    /// A patchable `jcc rel32` to a new exit stub.
+    fn jcc_exit(&mut self, cc: u8, target: u64) {
+        let label = self.new_exit(ExitKind::Direct, target);
+        self.align_rel32(2);
+        let at = self.off();
+        macro_rules! jcc {
+            ($($n:literal => $op:ident),*) => {
+                match cc {
+                    $($n => { dynasm!(self.ops ; .arch x64 ; $op =>label); })*
+                    _ => unreachable!("condition codes are 0..=15"),
+                }
+            };
+        }
+        jcc!(0 => jo, 1 => jno, 2 => jb, 3 => jae, 4 => je, 5 => jne, 6 => jbe, 7 => ja,
+             8 => js, 9 => jns, 10 => jp, 11 => jnp, 12 => jl, 13 => jge, 14 => jle, 15 => jg);
+        debug_assert_eq!(self.off(), at + 6);
+        self.exits.last_mut().unwrap().patch_off = Some(at + 2);
+    }
+
+    /// Pushes the 64-bit guest return address without touching flags or registers.
+    fn push_return_address(&mut self, ret: u64) {
+        let lo = ret as u32 as i32;
+        let hi = (ret >> 32) as u32 as i32;
+        dynasm!(self.ops
+            ; .arch x64
+            ; lea rsp, [rsp - 8]
+            ; mov DWORD [rsp], lo
+            ; mov DWORD [rsp + 4], hi
+        );
+    }
+
+    /// Indirect transfer to the guest address in rdx; rcx and rdx were saved to S0/S1.
+    fn ibl(&mut self) {
+        let ibl = OFF_IBL as i32;
+        let ibl_host = OFF_IBL as i32 + 8;
+        let target = OFF_IBL_TARGET as i32;
+        let jump = OFF_IBL_JUMP as i32;
+        let exit_id = OFF_EXIT_ID as i32;
+        let exit_fn = OFF_EXIT_FN as i32;
+        let miss = EXIT_IBL_MISS as i32;
+        dynasm!(self.ops
+            ; .arch x64
+            ; movzx ecx, dx
+            ; lea rcx, [rcx * 8]
+            ; gs mov rcx, QWORD [rcx * 2 + ibl]
+            ; lea rcx, [rcx + rdx]
+            ; jrcxz >hit
+            ; gs mov QWORD [target], rdx
+            ; gs mov rcx, QWORD [S0]
+            ; gs mov rdx, QWORD [S1]
+            ; gs mov DWORD [exit_id], miss
+            ; gs jmp QWORD [exit_fn]
+            ; hit:
+            ; movzx ecx, dx
+            ; lea rcx, [rcx * 8]
+            ; gs mov rcx, QWORD [rcx * 2 + ibl_host]
+            ; gs mov QWORD [jump], rcx
+            ; gs mov rcx, QWORD [S0]
+            ; gs mov rdx, QWORD [S1]
+            ; gs jmp QWORD [jump]
+        );
+    }
+
+    /// `mov rdx, <operand 0 of insn>` for indirect jumps and calls, with RIP-relative
+    /// operands resolved for this host address.
+    fn load_target(&mut self, insn: &Instruction) -> Result<(), String> {
+        if insn.op0_kind() == OpKind::Register {
+            let r = insn.op0_register();
+            let mov = Instruction::with2(Code::Mov_r64_rm64, Register::RDX, r)
+                .map_err(|e| e.to_string())?;
+            return self.encode(&mov);
+        }
+        if insn.is_ip_rel_memory_operand() {
+            let abs = insn.ip_rel_memory_address();
+            let mov = Instruction::with2(
+                Code::Mov_r64_rm64,
+                Register::RDX,
+                MemoryOperand::with_base_displ(Register::RIP, abs as i64),
+            )
+            .map_err(|e| e.to_string())?;
+            if self.encode(&mov).is_ok() {
+                return Ok(());
+            }
+            let hi = abs as i64;
+            dynasm!(self.ops ; .arch x64 ; mov rdx, QWORD hi ; mov rdx, QWORD [rdx]);
+            return Ok(());
+        }
+        let mov = Instruction::with2(Code::Mov_r64_rm64, Register::RDX, memory_operand(insn))
+            .map_err(|e| e.to_string())?;
+        self.encode(&mov)
+    }
+
+    /// Encodes `insn` at the current host position.
+    fn encode(&mut self, insn: &Instruction) -> Result<(), String> {
+        let ip = self.host + self.off() as u64;
+        let mut enc = Encoder::new(64);
+        enc.encode(insn, ip).map_err(|e| e.to_string())?;
+        let bytes = enc.take_buffer();
+        self.ops.extend(bytes.iter().copied());
+        Ok(())
+    }
+
+    /// Copies a RIP-relative instruction, re-encoded for its new address; if the data is out
+    /// of rel32 reach, goes through a borrowed scratch register.
+    fn rip_relative(&mut self, insn: &Instruction) -> Result<(), String> {
+        if self.encode(insn).is_ok() {
+            return Ok(());
+        }
+        let abs = insn.ip_rel_memory_address();
+        if insn.code() == Code::Lea_r64_m {
+            let r = insn.op0_register();
+            let mov = Instruction::with2(Code::Mov_r64_imm64, r, abs).map_err(|e| e.to_string())?;
+            return self.encode(&mov);
+        }
+        let scratch = [
+            Register::RBX,
+            Register::RSI,
+            Register::RDI,
+            Register::R8,
+            Register::R9,
+            Register::R10,
+        ]
+        .into_iter()
+        .find(|&r| !uses_register(insn, r))
+        .ok_or("no free scratch register")?;
+        let mut moved = *insn;
+        moved.set_memory_base(scratch);
+        moved.set_memory_displacement64(0);
+        moved.set_memory_displ_size(0);
+        let slot = S2;
+        let sr = scratch.number() as u8;
+        dynasm!(self.ops ; .arch x64 ; gs mov QWORD [slot], Rq(sr) ; mov Rq(sr), QWORD abs as i64);
+        self.encode(&moved)?;
+        dynasm!(self.ops ; .arch x64 ; gs mov Rq(sr), QWORD [slot]);
+        Ok(())
+    }
+
+    /// Emits the exit stubs and returns the pending records (patch offsets resolved).
+    fn stubs(&mut self) {
+        let exit_id = OFF_EXIT_ID as i32;
+        let exit_fn = OFF_EXIT_FN as i32;
+        for i in 0..self.exits.len() {
+            let label = self.exits[i].label;
+            let id = (self.first_exit_id + i as u32) as i32;
+            dynasm!(self.ops
+                ; .arch x64
+                ; =>label
+                ; gs mov DWORD [exit_id], id
+                ; gs jmp QWORD [exit_fn]
+            );
+        }
+    }
+}
+
+fn uses_register(insn: &Instruction, r: Register) -> bool {
+    let full = r.full_register();
+    (0..insn.op_count())
+        .any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i).full_register() == full)
+        || insn.memory_base().full_register() == full
+        || insn.memory_index().full_register() == full
+    // Implicit users (string ops, mul/div, cmpxchg...): stay away from all of rax..rdi's
+    // implicit roles by only offering rbx/rsi/rdi/r8-r10 and checking explicit operands;
+    // string instructions have no RIP-relative operand.
+}
+
+/// Translates the guest block at `guest` and records it in `cache`; returns its host address.
+pub fn translate(
+    cache: &mut CodeCache,
+    guest: u64,
+    opts: &TranslateOptions,
+) -> Result<u64, TranslateError> {
+    let mut buf = vec![0u8; MAX_BLOCK_BYTES];
+    let n = read_guest(guest, &mut buf);
+    buf.truncate(n);
+    let (insns, end) = decode_block(guest, &buf, opts);
+    for insn in &insns {
+        if uses_gs(insn) {
+            return Err(TranslateError::Unsupported {
+                addr: insn.ip(),
+                text: insn_text(insn),
+            });
+        }
+    }
+    let bound = 256 + insns.iter().map(|i| i.len() as u64 + 160).sum::<u64>();
+    let host = cache
+        .reserve(guest, bound)
+        .ok_or(TranslateError::CacheFull)?;
+    let mut em = Emitter {
+        ops: VecAssembler::new(host as usize),
+        host,
+        exits: Vec::new(),
+        first_exit_id: cache.exits.len() as u32,
+    };
+    let internal = |what: String| TranslateError::Internal { addr: guest, what };
+    let mut guest_end = guest;
+    for insn in &insns {
+        guest_end = insn.next_ip();
+        let bytes = &buf[(insn.ip() - guest) as usize..(insn.next_ip() - guest) as usize];
+        emit_insn(&mut em, insn, bytes).map_err(|what| TranslateError::Internal {
+            addr: insn.ip(),
+            what: format!("{what} (`{}`)", insn_text(insn)),
+        })?;
+    }
+    match end {
+        BlockEnd::FallThrough(next) => em.jmp_exit(ExitKind::Direct, next),
+        BlockEnd::Control => {}
+        BlockEnd::Trap { addr, signal, next } => {
+            guest_end = guest_end.max(addr + 1);
+            em.jmp_exit(ExitKind::Trap { signal, next }, addr);
+        }
+    }
+    em.stubs();
+    let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
+    let len = code.len() as u64;
+    if len > bound {
+        return Err(internal(format!(
+            "block of {len} bytes exceeds its bound {bound}"
+        )));
+    }
+    // SAFETY: `host..host+bound` was reserved in an RWX chunk for this translation and no other
+    // code has been placed there; nothing executes it before `insert_block` publishes it.
+    unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), host as *mut u8, code.len()) };
+    cache.commit(host, len);
+    let mut exit_ids = Vec::with_capacity(em.exits.len());
+    // Each stub is 21 bytes (two gs-prefixed instructions), laid out in order at the end.
+    let stub_len = 12 + 9;
+    let stubs_start = host + len - (em.exits.len() * stub_len) as u64;
+    for (i, e) in em.exits.iter().enumerate() {
+        let id = cache.add_exit(ExitRecord {
+            kind: e.kind,
+            target: e.target,
+            patch_site: e.patch_off.map_or(0, |o| host + o as u64),
+            stub: stubs_start + (i * stub_len) as u64,
+            from_block: guest,
+        });
+        debug_assert_eq!(id, em.first_exit_id + i as u32);
+        exit_ids.push(id);
+    }
+    if opts.trace_blocks {
+        eprintln!(
+            "--rgrind-- translate {guest:#x}-{guest_end:#x} ({} insns) -> {host:#x} ({len} bytes)",
+            insns.len()
+        );
+    }
+    cache.insert_block(Block {
+        guest_start: guest,
+        guest_end,
+        host,
+        host_len: len,
+        exits: exit_ids,
+        incoming: Vec::new(),
+    });
+    Ok(host)
+}
+
+fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), String> {
+    let next = insn.next_ip();
+    match insn.code() {
+        Code::Syscall => {
+            em.jmp_exit(ExitKind::Syscall, next);
+            return Ok(());
+        }
+        Code::Cpuid => {
+            em.jmp_exit(ExitKind::Cpuid, next);
+            return Ok(());
+        }
+        _ => {}
+    }
+    match insn.flow_control() {
+        FlowControl::Next => {
+            if insn.is_ip_rel_memory_operand() {
+                em.rip_relative(insn)
+            } else {
+                em.ops.extend(bytes.iter().copied());
+                Ok(())
+            }
+        }
+        FlowControl::UnconditionalBranch => {
+            em.jmp_exit(ExitKind::Direct, insn.near_branch_target());
+            Ok(())
+        }
+        FlowControl::ConditionalBranch => {
+            let target = insn.near_branch_target();
+            let cc = cc_number(insn.condition_code());
+            if cc != 0xff && !is_rcx_branch(insn) {
+                em.jcc_exit(cc, target);
+                em.jmp_exit(ExitKind::Direct, next);
+            } else {
+                // loop/loope/loopne/jrcxz/jecxz only exist with rel8: branch over a jump.
+                let taken = em.ops.new_dynamic_label();
+                let head = &bytes[..bytes.len() - 1];
+                em.ops.extend(head.iter().copied());
+                em.ops.push(5); // taken: skip the 5-byte `jmp >fall` below
+                dynasm!(em.ops ; .arch x64 ; jmp >fall ; =>taken);
+                // The short jmp above skips to the fall-through exit; the rel8 lands here.
+                em.jmp_exit(ExitKind::Direct, target);
+                dynasm!(em.ops ; .arch x64 ; fall:);
+                em.jmp_exit(ExitKind::Direct, next);
+                let _ = taken;
+            }
+            Ok(())
+        }
+        FlowControl::Call => {
+            em.push_return_address(next);
+            em.jmp_exit(ExitKind::Direct, insn.near_branch_target());
+            Ok(())
+        }
+        FlowControl::IndirectBranch | FlowControl::IndirectCall => {
+            dynasm!(em.ops ; .arch x64 ; gs mov QWORD [S0], rcx ; gs mov QWORD [S1], rdx);
+            em.load_target(insn)?;
+            if insn.flow_control() == FlowControl::IndirectCall {
+                em.push_return_address(next);
+            }
+            em.ibl();
+            Ok(())
+        }
+        FlowControl::Return => {
+            let pop = 8 + insn.immediate16() as i32 * i32::from(insn.op_count() > 0);
+            dynasm!(em.ops
+                ; .arch x64
+                ; gs mov QWORD [S0], rcx
+                ; gs mov QWORD [S1], rdx
+                ; mov rdx, QWORD [rsp]
+                ; lea rsp, [rsp + pop]
+            );
+            em.ibl();
+            Ok(())
+        }
+        _ => Err(format!("unexpected flow control {:?}", insn.flow_control())),
+    }
+}
+
+fn is_rcx_branch(insn: &Instruction) -> bool {
+    matches!(
+        insn.code(),
+        Code::Jrcxz_rel8_64
+            | Code::Jecxz_rel8_64
+            | Code::Loop_rel8_64_RCX
+            | Code::Loop_rel8_64_ECX
+            | Code::Loope_rel8_64_RCX
+            | Code::Loope_rel8_64_ECX
+            | Code::Loopne_rel8_64_RCX
+            | Code::Loopne_rel8_64_ECX
+    )
+}

@@ -1,0 +1,292 @@
+//! The Valgrind-style command line: one table of options, parsed once into typed settings.
+//!
+//! Options come first; the first argument that is not an option starts the program and its
+//! arguments. Every message is Valgrind's text with rgrind's name.
+use std::ffi::OsString;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolName {
+    None,
+    Cachegrind,
+    Callgrind,
+}
+
+#[derive(Debug)]
+pub struct Settings {
+    pub tool: ToolName,
+    pub quiet: bool,
+    pub verbose: bool,
+    pub log_file: Option<String>,
+    pub trace_children: bool,
+    pub trace_blocks: bool,
+    pub trace_syscalls: bool,
+    pub single_step: bool,
+    pub chaining: bool,
+    /// The options exactly as given, to run rgrind again on exec'd programs.
+    pub raw_options: Vec<OsString>,
+    pub program: OsString,
+    pub program_args: Vec<OsString>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    Run(Settings),
+    Help,
+    Version,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum CliError {
+    Unknown(String),
+    BadBool(String, String),
+    BadValue(String, String),
+    NoProgram,
+}
+
+impl CliError {
+    /// The lines Valgrind prints for this error.
+    pub fn lines(&self) -> Vec<String> {
+        match self {
+            CliError::Unknown(o) => vec![
+                format!("Unknown option: {o}"),
+                "Use --help for more information or consult the user manual.".into(),
+            ],
+            CliError::BadBool(o, v) => vec![
+                format!("Bad option: {o}"),
+                format!("Invalid boolean value '{v}' (should be 'yes' or 'no')"),
+                "Use --help for more information or consult the user manual.".into(),
+            ],
+            CliError::BadValue(o, why) => vec![
+                format!("Bad option: {o}"),
+                why.clone(),
+                "Use --help for more information or consult the user manual.".into(),
+            ],
+            CliError::NoProgram => vec![
+                "no program specified".into(),
+                "Use --help for more information.".into(),
+            ],
+        }
+    }
+}
+
+/// Kinds of option values.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// `-q`-style flag without a value.
+    Flag,
+    /// `--name=yes|no`.
+    Bool,
+    /// `--name=<string>`.
+    Str,
+}
+
+/// One row of the option table: name, kind, default shown in --help, help text.
+struct Opt {
+    name: &'static str,
+    kind: Kind,
+    help: &'static str,
+}
+
+const OPTIONS: &[Opt] = &[
+    Opt {
+        name: "--tool",
+        kind: Kind::Str,
+        help: "use the tool named <name>: none, cachegrind, callgrind",
+    },
+    Opt {
+        name: "-q",
+        kind: Kind::Flag,
+        help: "run silently; only print error messages",
+    },
+    Opt {
+        name: "--quiet",
+        kind: Kind::Flag,
+        help: "same as -q",
+    },
+    Opt {
+        name: "-v",
+        kind: Kind::Flag,
+        help: "be more verbose",
+    },
+    Opt {
+        name: "--verbose",
+        kind: Kind::Flag,
+        help: "same as -v",
+    },
+    Opt {
+        name: "--log-file",
+        kind: Kind::Str,
+        help: "log messages to <file> (%p and %q{VAR} expand)",
+    },
+    Opt {
+        name: "--trace-children",
+        kind: Kind::Bool,
+        help: "run exec'd programs under rgrind too [no]",
+    },
+    Opt {
+        name: "--trace-blocks",
+        kind: Kind::Bool,
+        help: "debug: log each translated block (guest range, host address) [no]",
+    },
+    Opt {
+        name: "--trace-syscalls",
+        kind: Kind::Bool,
+        help: "debug: log each system call and its result [no]",
+    },
+    Opt {
+        name: "--single-step",
+        kind: Kind::Bool,
+        help: "debug: one guest instruction per block, no chaining [no]",
+    },
+    Opt {
+        name: "--chain",
+        kind: Kind::Bool,
+        help: "debug: chain direct branches between blocks [yes]",
+    },
+];
+
+pub fn usage() -> String {
+    let mut s = String::from(
+        "usage: rgrind [options] prog-and-args\n       rgrind annotate|diff|merge ...\n\n  options:\n    -h --help                 show this message\n    --version                 show version\n",
+    );
+    for o in OPTIONS {
+        let form = match o.kind {
+            Kind::Flag => o.name.to_string(),
+            Kind::Bool => format!("{}=no|yes", o.name),
+            Kind::Str => format!("{}=<value>", o.name),
+        };
+        s.push_str(&format!("    {form:<26}{}\n", o.help));
+    }
+    s
+}
+
+fn parse_bool(opt: &str, v: &str) -> Result<bool, CliError> {
+    match v {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(CliError::BadBool(opt.to_string(), v.to_string())),
+    }
+}
+
+pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
+    let mut s = Settings {
+        tool: ToolName::None,
+        quiet: false,
+        verbose: false,
+        log_file: None,
+        trace_children: false,
+        trace_blocks: false,
+        trace_syscalls: false,
+        single_step: false,
+        chaining: true,
+        raw_options: Vec::new(),
+        program: OsString::new(),
+        program_args: Vec::new(),
+    };
+    let mut tool_given = None;
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].to_string_lossy().into_owned();
+        if !arg.starts_with('-') {
+            break;
+        }
+        i += 1;
+        match arg.as_str() {
+            "-h" | "--help" | "--help-debug" => return Ok(Command::Help),
+            "--version" => return Ok(Command::Version),
+            _ => {}
+        }
+        let (name, value) = match arg.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (arg.as_str(), None),
+        };
+        let Some(opt) = OPTIONS.iter().find(|o| o.name == name) else {
+            return Err(CliError::Unknown(arg.clone()));
+        };
+        let flag_ok = matches!(opt.kind, Kind::Flag) == value.is_none();
+        if !flag_ok {
+            return Err(CliError::Unknown(arg.clone()));
+        }
+        let v = value.unwrap_or("");
+        match name {
+            "--tool" => tool_given = Some(v.to_string()),
+            "-q" | "--quiet" => s.quiet = true,
+            "-v" | "--verbose" => s.verbose = true,
+            "--log-file" => s.log_file = Some(v.to_string()),
+            "--trace-children" => s.trace_children = parse_bool(&arg, v)?,
+            "--trace-blocks" => s.trace_blocks = parse_bool(&arg, v)?,
+            "--trace-syscalls" => s.trace_syscalls = parse_bool(&arg, v)?,
+            "--single-step" => s.single_step = parse_bool(&arg, v)?,
+            "--chain" => s.chaining = parse_bool(&arg, v)?,
+            _ => return Err(CliError::Unknown(arg.clone())),
+        }
+        s.raw_options.push(args[i - 1].clone());
+    }
+    s.tool = match tool_given.as_deref() {
+        None | Some("none") => ToolName::None,
+        Some("cachegrind") => ToolName::Cachegrind,
+        Some("callgrind") => ToolName::Callgrind,
+        Some(other) => {
+            return Err(CliError::BadValue(
+                format!("--tool={other}"),
+                format!("tool '{other}' is not available in rgrind (available: none, cachegrind, callgrind)"),
+            ))
+        }
+    };
+    if i >= args.len() {
+        return Err(CliError::NoProgram);
+    }
+    s.program = args[i].clone();
+    s.program_args = args[i + 1..].to_vec();
+    Ok(Command::Run(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(args: &[&str], expect: Result<(), CliError>) -> Option<Settings> {
+        let a: Vec<OsString> = args.iter().map(OsString::from).collect();
+        match (parse(&a), expect) {
+            (Ok(Command::Run(s)), Ok(())) => Some(s),
+            (Err(e), Err(want)) => {
+                assert_eq!(e, want);
+                None
+            }
+            (got, want) => panic!("{args:?}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn options_stop_at_program() {
+        let s = check(&["--tool=none", "-q", "ls", "-l", "--tool=x"], Ok(())).unwrap();
+        assert_eq!(s.tool, ToolName::None);
+        assert!(s.quiet);
+        assert_eq!(s.program, "ls");
+        assert_eq!(
+            s.program_args,
+            vec![OsString::from("-l"), OsString::from("--tool=x")]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_option() {
+        check(
+            &["--foo=bar", "ls"],
+            Err(CliError::Unknown("--foo=bar".into())),
+        );
+        check(
+            &["--trace-children=maybe", "ls"],
+            Err(CliError::BadBool(
+                "--trace-children=maybe".into(),
+                "maybe".into(),
+            )),
+        );
+        check(&["-q"], Err(CliError::NoProgram));
+        assert_eq!(
+            CliError::Unknown("--foo".into()).lines()[0],
+            "Unknown option: --foo"
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! rgrind's own messages: the `==PID==` lines, on stderr or in `--log-file`.
+//!
+//! The log descriptor is moved above the guest's usual range at startup, so a guest that closes
+//! or reuses fd 2 does not lose or corrupt rgrind's output.
+use std::io::Write;
+use std::os::fd::{FromRawFd, RawFd};
+use std::sync::Mutex;
+
+static LOG: Mutex<Option<std::fs::File>> = Mutex::new(None);
+
+/// Lowest descriptor number rgrind uses for itself.
+pub const RGRIND_FD_BASE: RawFd = 1000;
+
+/// Opens the log: `path` (after `%p`/`%q{VAR}` expansion) or a duplicate of stderr.
+pub fn open(path: Option<&str>) -> std::io::Result<()> {
+    let fd = match path {
+        Some(p) => {
+            let expanded = expand(p);
+            let f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&expanded)?;
+            use std::os::fd::IntoRawFd;
+            f.into_raw_fd()
+        }
+        // SAFETY: dup of fd 2, checked below.
+        None => unsafe { libc::dup(2) },
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fcntl on a descriptor we own; the old one is closed after.
+    let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, RGRIND_FD_BASE) };
+    // SAFETY: closing the descriptor we just duplicated.
+    unsafe { libc::close(fd) };
+    if high < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `high` is a fresh descriptor owned by nobody else.
+    *LOG.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some(unsafe { std::fs::File::from_raw_fd(high) });
+    Ok(())
+}
+
+/// Expands `%p` (pid) and `%q{VAR}` (environment variable) like Valgrind.
+pub fn expand(template: &str) -> String {
+    let mut out = String::new();
+    let mut it = template.chars().peekable();
+    while let Some(c) = it.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match it.next() {
+            Some('p') => out.push_str(&std::process::id().to_string()),
+            Some('%') => out.push('%'),
+            Some('q') if it.peek() == Some(&'{') => {
+                it.next();
+                let var: String = it.by_ref().take_while(|&c| c != '}').collect();
+                out.push_str(&std::env::var(var).unwrap_or_default());
+            }
+            Some(o) => {
+                out.push('%');
+                out.push(o);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// Writes one `==PID== ` line.
+pub fn line(text: &str) {
+    let pid = std::process::id();
+    if let Some(f) = LOG.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        let _ = writeln!(f, "=={pid}== {text}");
+    }
+}
