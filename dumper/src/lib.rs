@@ -8,3 +8,6 @@ pub mod symbols;
 pub use error::DumpError;
 pub use outfile::{OutFileTemplate, TemplateError};
 pub use symbols::{Location, ModuleInfo, ModuleSource, Symbolizer};
+pub mod cachegrind;
+pub use cachegrind::CgProfile;
+pub mod callgrind;

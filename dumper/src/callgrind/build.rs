@@ -1,0 +1,430 @@
+//! Turns the Callgrind tool's runtime data into a [`ClPart`] ready to write.
+//!
+//! Input: the contexts in creation order (a context is a function entry plus, with
+//! `--separate-callers`, its callers), per-(context, recursion level, instruction) self costs,
+//! call arcs with inclusive costs and optional jump arcs. Output: one function block per
+//! (context, level) with Callgrind's names (`fib'2`, `a'b'c`), ids (context base number plus
+//! level, bases counted in creation order, each context reserving `n_ids` numbers), per-line
+//! or per-instruction positions, `fi=`/`fe=` for inlined code, and `calls=` lines.
+//!
+//! # Invariants
+//! * A function's own file is the file of its entry instruction; lines whose file differs are
+//!   written under `fi=`.
+//! * Consecutive instructions with the same position are merged into one cost line, and a
+//!   call instruction always ends a line (its calls follow it), as Callgrind's `fprint_bbcc`.
+//! * Arcs with an all-zero inclusive cost are not written.
+//!
+//! This module deliberately does not build contexts itself from a trace; see
+//! [`CallgrindData::from_flat`] for the simple symbol-based grouping.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{ClEntry, ClFunction, ClHeader, ClPart, FnName, PosKind};
+use crate::error::DumpError;
+use crate::symbols::{Location, Symbolizer};
+
+/// One Callgrind context: the function (by entry address) and its callers, innermost first
+/// (empty unless `--separate-callers` is used).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FnContext {
+    /// Runtime address of the function's first basic block.
+    pub entry: u64,
+    /// Entry addresses of the callers that are part of this context, nearest first.
+    pub callers: Vec<u64>,
+    /// How many ids this context reserves (`--separate-recs` for its function, default 2).
+    pub n_ids: u32,
+}
+
+/// A call arc between two (context, recursion level) pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallArc {
+    /// Index of the calling context in [`CallgrindData::contexts`].
+    pub from_ctx: usize,
+    /// Recursion level of the caller (0 = first activation).
+    pub from_rec: u32,
+    /// Runtime address of the call instruction.
+    pub call_addr: u64,
+    /// Index of the called context.
+    pub to_ctx: usize,
+    /// Recursion level of the callee.
+    pub to_rec: u32,
+    /// Number of calls (`calls=`).
+    pub count: u64,
+    /// Inclusive cost of those calls, one entry per event.
+    pub inclusive: Vec<u64>,
+}
+
+/// A jump arc (`--collect-jumps=yes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JumpArc {
+    /// Context of the jump.
+    pub ctx: usize,
+    /// Its recursion level.
+    pub rec: u32,
+    /// Runtime address of the jump instruction.
+    pub from_addr: u64,
+    /// Runtime address of the target.
+    pub to_addr: u64,
+    /// Times executed.
+    pub executed: u64,
+    /// `Some(times followed)` for a conditional jump (`jcnd=`), `None` for `jump=`.
+    pub followed: Option<u64>,
+}
+
+/// Options that change what Callgrind writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallgrindOptions {
+    /// `--dump-instr=yes`: `positions: instr line` (or `instr`).
+    pub dump_instr: bool,
+    /// `--dump-line=yes` (default): line positions.
+    pub dump_line: bool,
+    /// `--compress-strings`.
+    pub compress_strings: bool,
+    /// `--compress-pos`.
+    pub compress_pos: bool,
+}
+
+impl Default for CallgrindOptions {
+    fn default() -> Self {
+        CallgrindOptions {
+            dump_instr: false,
+            dump_line: true,
+            compress_strings: true,
+            compress_pos: true,
+        }
+    }
+}
+
+/// Everything one Callgrind dump needs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CallgrindData {
+    /// Header fields. `positions` is overwritten from the options; `summary`/`totals` are
+    /// computed when `None`.
+    pub header: ClHeader,
+    /// Contexts in creation order.
+    pub contexts: Vec<FnContext>,
+    /// Self costs per (context index, recursion level, instruction runtime address).
+    pub costs: BTreeMap<(usize, u32, u64), Vec<u64>>,
+    /// Call arcs.
+    pub calls: Vec<CallArc>,
+    /// Jump arcs.
+    pub jumps: Vec<JumpArc>,
+}
+
+/// Callgrind's header for a dump. `cache_desc` are the three `I1/D1/LL cache:` values (empty
+/// strings when the simulator is off).
+#[allow(clippy::too_many_arguments)]
+pub fn callgrind_header(
+    pid: u64,
+    cmd: &str,
+    part: u64,
+    thread: Option<u64>,
+    cache_desc: [&str; 3],
+    timerange: (u64, u64),
+    trigger: &str,
+    events: Vec<String>,
+) -> ClHeader {
+    let mut desc = Vec::new();
+    for (name, v) in ["I1", "D1", "LL"].iter().zip(cache_desc) {
+        desc.push(format!("{name} cache: {v}"));
+    }
+    desc.push(format!("Timerange: Basic block {} - {}", timerange.0, timerange.1));
+    desc.push(format!("Trigger: {trigger}"));
+    ClHeader {
+        creator: Some("callgrind-3.19.0".into()),
+        pid: Some(pid),
+        cmd: Some(cmd.to_string()),
+        part: Some(part),
+        thread,
+        desc,
+        events,
+        ..ClHeader::default()
+    }
+}
+
+struct FnInfo {
+    object: Option<String>,
+    file: String,
+    name: String,
+}
+
+fn unnamed(loc: &Location) -> String {
+    format!("0x{:016x}", loc.offset)
+}
+
+fn callgrind_fn_name(loc: &Location) -> String {
+    match &loc.function {
+        Some(f) => f.clone(),
+        None => unnamed(loc),
+    }
+}
+
+impl CallgrindData {
+    /// Groups flat per-instruction costs and arcs by function symbol: one context per
+    /// function, created in address order, recursion level 0. `arcs` are
+    /// `(call instruction address, callee entry address, count, inclusive costs)`. Use the
+    /// explicit fields instead when the tool tracks contexts, so ids match Callgrind's.
+    pub fn from_flat(
+        header: ClHeader,
+        sym: &Symbolizer,
+        self_costs: &BTreeMap<u64, Vec<u64>>,
+        arcs: &[(u64, u64, u64, Vec<u64>)],
+    ) -> Self {
+        let mut d = CallgrindData {
+            header,
+            ..Default::default()
+        };
+        let mut ctx_of_entry: HashMap<u64, usize> = HashMap::new();
+        let mut ctx_for = |d: &mut CallgrindData, addr: u64| -> usize {
+            let entry = sym.lookup_fast(addr).function_start.unwrap_or(addr);
+            *ctx_of_entry.entry(entry).or_insert_with(|| {
+                d.contexts.push(FnContext {
+                    entry,
+                    callers: Vec::new(),
+                    n_ids: 2,
+                });
+                d.contexts.len() - 1
+            })
+        };
+        for (&addr, c) in self_costs {
+            let ctx = ctx_for(&mut d, addr);
+            d.costs.insert((ctx, 0, addr), c.clone());
+        }
+        for (call, callee, count, incl) in arcs {
+            let from_ctx = ctx_for(&mut d, *call);
+            let to_ctx = ctx_for(&mut d, *callee);
+            d.calls.push(CallArc {
+                from_ctx,
+                from_rec: 0,
+                call_addr: *call,
+                to_ctx,
+                to_rec: 0,
+                count: *count,
+                inclusive: incl.clone(),
+            });
+        }
+        d
+    }
+
+    /// Builds the file model. Fails if a context index is out of range or a cost vector has
+    /// the wrong length.
+    pub fn to_part(&self, sym: &Symbolizer, opts: &CallgrindOptions) -> Result<ClPart, DumpError> {
+        let n_ev = self.header.events.len();
+        let mut header = self.header.clone();
+        header.positions = match (opts.dump_instr, opts.dump_line) {
+            (true, true) => vec![PosKind::Instr, PosKind::Line],
+            (true, false) => vec![PosKind::Instr],
+            (false, _) => vec![PosKind::Line],
+        };
+        let kinds = header.positions.clone();
+        let nctx = self.contexts.len();
+        let bad_ctx = |c: usize| DumpError::Invalid(format!("context index {c} out of range ({nctx} contexts)"));
+        // Context bases and function identities.
+        let mut bases = Vec::with_capacity(nctx);
+        let mut next = 0u64;
+        let mut infos = Vec::with_capacity(nctx);
+        for c in &self.contexts {
+            bases.push(next);
+            next += u64::from(c.n_ids.max(1));
+            let loc = sym.lookup_fast(c.entry);
+            let mut name = callgrind_fn_name(&loc);
+            for caller in &c.callers {
+                name.push('\'');
+                name.push_str(&callgrind_fn_name(&sym.lookup_fast(*caller)));
+            }
+            infos.push(FnInfo {
+                object: Some(loc.object_name().to_string()),
+                file: loc.file_name().to_string(),
+                name,
+            });
+        }
+        let fn_name = |ctx: usize, rec: u32| -> FnName {
+            let info = &infos[ctx];
+            let name = if rec == 0 {
+                info.name.clone()
+            } else {
+                // fib'2, and with callers: even'2'odd'even.
+                match info.name.split_once('\'') {
+                    Some((base, callers)) => format!("{base}'{}'{callers}", rec + 1),
+                    None => format!("{}'{}", info.name, rec + 1),
+                }
+            };
+            FnName {
+                id: Some(bases[ctx] + u64::from(rec)),
+                name,
+            }
+        };
+        let position = |loc: &Location| -> Vec<u64> {
+            kinds
+                .iter()
+                .map(|k| match k {
+                    PosKind::Line => u64::from(loc.line),
+                    _ => loc.offset,
+                })
+                .collect()
+        };
+        // Gather per-block instruction sets.
+        #[derive(Default)]
+        struct Block<'a> {
+            instrs: BTreeMap<u64, Option<&'a Vec<u64>>>,
+            calls: HashMap<u64, Vec<&'a CallArc>>,
+            jumps: HashMap<u64, Vec<&'a JumpArc>>,
+        }
+        let mut blocks: BTreeMap<(usize, u32), Block> = BTreeMap::new();
+        for ((ctx, rec, addr), c) in &self.costs {
+            if *ctx >= nctx {
+                return Err(bad_ctx(*ctx));
+            }
+            if c.len() != n_ev {
+                return Err(DumpError::Invalid(format!(
+                    "cost vector for {addr:#x} has {} entries, events has {n_ev}",
+                    c.len()
+                )));
+            }
+            blocks.entry((*ctx, *rec)).or_default().instrs.insert(*addr, Some(c));
+        }
+        for a in &self.calls {
+            if a.from_ctx >= nctx || a.to_ctx >= nctx {
+                return Err(bad_ctx(a.from_ctx.max(a.to_ctx)));
+            }
+            if a.inclusive.len() != n_ev {
+                return Err(DumpError::Invalid(format!(
+                    "inclusive cost of call at {:#x} has {} entries, events has {n_ev}",
+                    a.call_addr,
+                    a.inclusive.len()
+                )));
+            }
+            if a.inclusive.iter().all(|&x| x == 0) {
+                continue;
+            }
+            let b = blocks.entry((a.from_ctx, a.from_rec)).or_default();
+            b.instrs.entry(a.call_addr).or_insert(None);
+            b.calls.entry(a.call_addr).or_default().push(a);
+        }
+        for j in &self.jumps {
+            if j.ctx >= nctx {
+                return Err(bad_ctx(j.ctx));
+            }
+            let b = blocks.entry((j.ctx, j.rec)).or_default();
+            b.instrs.entry(j.from_addr).or_insert(None);
+            b.jumps.entry(j.from_addr).or_default().push(j);
+        }
+        // Order blocks like Callgrind: by object, then file (first-creation order), then
+        // context, then recursion level.
+        let mut ob_rank: HashMap<&Option<String>, usize> = HashMap::new();
+        let mut fl_rank: HashMap<(&Option<String>, &String), usize> = HashMap::new();
+        for i in &infos {
+            let n = ob_rank.len();
+            ob_rank.entry(&i.object).or_insert(n);
+            let n = fl_rank.len();
+            fl_rank.entry((&i.object, &i.file)).or_insert(n);
+        }
+        let mut keys: Vec<(usize, u32)> = blocks.keys().copied().collect();
+        keys.sort_by_key(|&(c, r)| {
+            let i = &infos[c];
+            (ob_rank[&i.object], fl_rank[&(&i.object, &i.file)], c, r)
+        });
+
+        let mut functions = Vec::with_capacity(keys.len());
+        for key in keys {
+            let b = &blocks[&key];
+            let info = &infos[key.0];
+            let mut entries: Vec<ClEntry> = Vec::new();
+            // Pending merged cost line: (file, pos, costs).
+            let mut run: Option<(String, Vec<u64>, Vec<u64>)> = None;
+            let flush = |run: &mut Option<(String, Vec<u64>, Vec<u64>)>, entries: &mut Vec<ClEntry>| {
+                if let Some((file, pos, costs)) = run.take() {
+                    entries.push(ClEntry::Cost { file, pos, costs });
+                }
+            };
+            for (&addr, costs) in &b.instrs {
+                let loc = sym.lookup_fast(addr);
+                let file = loc.file_name().to_string();
+                let pos = position(&loc);
+                if let Some(c) = costs {
+                    match &mut run {
+                        Some((f, p, acc)) if *f == file && *p == pos => {
+                            crate::cachegrind::add_into(acc, c);
+                        }
+                        _ => {
+                            flush(&mut run, &mut entries);
+                            run = Some((file.clone(), pos.clone(), (*c).clone()));
+                        }
+                    }
+                }
+                let calls = b.calls.get(&addr);
+                let jumps = b.jumps.get(&addr);
+                if calls.is_none() && jumps.is_none() {
+                    continue;
+                }
+                flush(&mut run, &mut entries);
+                if let Some(jumps) = jumps {
+                    for j in jumps {
+                        let tloc = sym.lookup_fast(j.to_addr);
+                        if !opts.dump_instr && tloc.line == 0 {
+                            continue;
+                        }
+                        let tfile = tloc.file_name().to_string();
+                        entries.push(ClEntry::Jump {
+                            file: file.clone(),
+                            followed: j.followed,
+                            executed: j.executed,
+                            jfi: (tfile != file).then_some(tfile),
+                            jfn: None,
+                            target: position(&tloc),
+                            pos: pos.clone(),
+                        });
+                    }
+                }
+                if let Some(calls) = calls {
+                    let mut calls = calls.clone();
+                    calls.sort_by_key(|a| (a.to_ctx, a.to_rec));
+                    for a in calls {
+                        let callee = &infos[a.to_ctx];
+                        let tloc = sym.lookup_fast(self.contexts[a.to_ctx].entry);
+                        entries.push(ClEntry::Call {
+                            file: file.clone(),
+                            cob: callee.object.clone(),
+                            cfi: Some(callee.file.clone()),
+                            cfn: fn_name(a.to_ctx, a.to_rec),
+                            count: a.count,
+                            target: position(&tloc),
+                            pos: pos.clone(),
+                            inclusive: a.inclusive.clone(),
+                        });
+                    }
+                }
+            }
+            flush(&mut run, &mut entries);
+            functions.push(ClFunction {
+                object: info.object.clone(),
+                file: info.file.clone(),
+                name: fn_name(key.0, key.1),
+                entries,
+            });
+        }
+        Ok(ClPart {
+            header,
+            functions,
+            ..ClPart::default()
+        })
+    }
+
+    /// Builds the model and writes it with the options' compression settings.
+    pub fn write_to(
+        &self,
+        sym: &Symbolizer,
+        opts: &CallgrindOptions,
+        out: &mut dyn std::io::Write,
+    ) -> Result<(), DumpError> {
+        let part = self.to_part(sym, opts)?;
+        part.write_to(
+            out,
+            super::WriteOptions {
+                compress_strings: opts.compress_strings,
+                compress_pos: opts.compress_pos,
+            },
+        )
+        .map_err(|e| DumpError::write("<output>", e))
+    }
+}
