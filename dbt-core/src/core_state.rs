@@ -39,6 +39,8 @@ pub struct Core {
     pub process: Process,
     pub tool: Box<dyn Tool>,
     pub finished: bool,
+    /// Print dispatcher statistics at exit (`--stats=yes`).
+    pub stats: bool,
 }
 
 static CORE: OnceLock<Mutex<Core>> = OnceLock::new();
@@ -62,6 +64,22 @@ pub fn finish(reason: FiniReason) {
     if !c.finished {
         c.finished = true;
         c.tool.fini(reason);
+        if c.stats {
+            eprintln!(
+                "--rgrind-- translations: {} blocks, {} exits",
+                c.cache.blocks.len(),
+                c.cache.exits.len()
+            );
+            for (n, v) in crate::dispatch::STAT_NAMES
+                .iter()
+                .zip(&crate::dispatch::STATS)
+            {
+                eprintln!(
+                    "--rgrind-- {n}: {}",
+                    v.load(std::sync::atomic::Ordering::Relaxed)
+                );
+            }
+        }
     }
 }
 

@@ -28,6 +28,8 @@ pub struct CoreOptions {
     pub rgrind_args: Vec<OsString>,
     /// Instructions per block at most.
     pub max_block_insns: usize,
+    /// Print dispatcher statistics at exit.
+    pub stats: bool,
 }
 
 impl Default for CoreOptions {
@@ -41,6 +43,7 @@ impl Default for CoreOptions {
             rgrind_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rgrind")),
             rgrind_args: Vec::new(),
             max_block_insns: 60,
+            stats: false,
         }
     }
 }
@@ -54,8 +57,10 @@ pub enum RunError {
     Host(String),
 }
 
-/// Bytes of address space reserved for the guest's brk heap.
-const BRK_RESERVE: u64 = 4 << 30;
+/// Bytes of address space reserved for the guest's brk heap. Past it brk fails and malloc falls
+/// back to mmap, as natively when brk runs into a mapping; it is kept below 2 GiB so that code
+/// cache chunks after it stay within rel32 reach of the executable.
+const BRK_RESERVE: u64 = 1 << 30;
 
 fn stack_size() -> u64 {
     let mut rl = libc::rlimit {
@@ -137,6 +142,7 @@ pub fn run(
         },
         tool,
         finished: false,
+        stats: opts.stats,
     });
     let ctx = ThreadContext::allocate()
         .ok_or_else(|| RunError::Host("cannot allocate a thread context".into()))?;

@@ -93,6 +93,7 @@ fn run(s: Settings) -> ! {
         trace_syscalls: s.trace_syscalls,
         single_step: s.single_step,
         chaining: s.chaining,
+        stats: s.stats,
         trace_children: s.trace_children,
         rgrind_args: s.raw_options.clone(),
         ..Default::default()

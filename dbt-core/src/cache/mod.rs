@@ -15,13 +15,17 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Bytes of address space per chunk.
 const CHUNK_SIZE: u64 = 64 << 20;
-/// How far a chunk may be from the guest code it serves.
-const NEAR: u64 = 512 << 20;
+/// How far a chunk may be from the guest code it serves: a module up to 512 MiB keeps every
+/// RIP-relative operand within rel32 reach.
+const NEAR: u64 = 1536 << 20;
 
 struct Chunk {
     base: u64,
     end: u64,
     used: u64,
+    /// Placed wherever the kernel put it because nothing near was free: serves any guest
+    /// address (RIP-relative operands then go through a scratch register).
+    far: bool,
 }
 
 /// What an exit does once control is back in the dispatcher.
@@ -75,21 +79,33 @@ impl CodeCache {
     /// Finds room for `len` bytes of code near `guest`; returns the host address.
     /// The space is only taken by `commit`.
     pub fn reserve(&mut self, guest: u64, len: u64) -> Option<u64> {
-        for c in &self.chunks {
-            if c.end - c.used >= len
-                && c.used.abs_diff(guest) < NEAR
-                && c.end.abs_diff(guest) < NEAR
-            {
-                return Some(c.used);
-            }
+        let near = |c: &Chunk| c.base.abs_diff(guest) < NEAR && c.end.abs_diff(guest) < NEAR;
+        if let Some(c) = self
+            .chunks
+            .iter()
+            .find(|c| c.end - c.used >= len && near(c))
+        {
+            return Some(c.used);
         }
-        let base = map_chunk_near(guest)?;
+        if let Some(base) = map_chunk_near(guest) {
+            self.chunks.push(Chunk {
+                base,
+                end: base + CHUNK_SIZE,
+                used: base,
+                far: false,
+            });
+            return Some(base);
+        }
+        if let Some(c) = self.chunks.iter().find(|c| c.far && c.end - c.used >= len) {
+            return Some(c.used);
+        }
+        let base = mmap_rwx(0, 0)?;
         self.chunks.push(Chunk {
             base,
             end: base + CHUNK_SIZE,
             used: base,
+            far: true,
         });
-        let _ = self.chunks.last().map(|c| c.base);
         Some(base)
     }
 
@@ -170,24 +186,25 @@ impl CodeCache {
     }
 }
 
-/// Maps an RWX chunk as close to `guest` as the address space allows.
+/// Maps an RWX chunk within `NEAR` of `guest`, nearest first, if any such space is free.
 fn map_chunk_near(guest: u64) -> Option<u64> {
-    let page = guest & !0xfff;
-    let mut candidates = Vec::new();
-    for k in 1..8u64 {
-        let d = k * (NEAR / 8);
-        candidates.push(page.wrapping_sub(d + CHUNK_SIZE) & !0xffff);
-        candidates.push(page.wrapping_add(d) & !0xffff);
-    }
-    for c in candidates {
-        if c < 0x10000 || c >= 0x7fff_0000_0000 {
-            continue;
+    let page = guest & !0xffff;
+    let step = CHUNK_SIZE;
+    for k in 1..(NEAR / step) {
+        let d = k * step;
+        for c in [page.wrapping_add(d), page.wrapping_sub(d + CHUNK_SIZE)] {
+            if !(0x10000..0x7fff_0000_0000).contains(&c)
+                || c.abs_diff(guest) >= NEAR
+                || (c + CHUNK_SIZE).abs_diff(guest) >= NEAR
+            {
+                continue;
+            }
+            if let Some(p) = mmap_rwx(c, libc::MAP_FIXED_NOREPLACE) {
+                return Some(p);
+            }
         }
-        if let Some(p) = mmap_rwx(c, libc::MAP_FIXED_NOREPLACE) {
-            return Some(p);
-        }
     }
-    mmap_rwx(0, 0)
+    None
 }
 
 fn mmap_rwx(hint: u64, extra: i32) -> Option<u64> {

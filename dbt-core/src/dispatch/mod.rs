@@ -26,6 +26,15 @@ pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
     }
 }
 
+/// Dispatcher event counts, for `--stats=yes`.
+pub static STATS: [std::sync::atomic::AtomicU64; 5] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 5];
+pub const STAT_NAMES: [&str; 5] = ["ibl misses", "direct exits", "syscalls", "cpuid", "traps"];
+
+fn count(i: usize) {
+    STATS[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// Runs the calling thread's guest until it exits the process or thread.
 pub fn run_thread(ctx: &mut ThreadContext) -> ! {
     set_gs_base(ctx);
@@ -43,6 +52,7 @@ pub fn run_thread(ctx: &mut ThreadContext) -> ! {
         unsafe { enter::enter(ctx, host) };
         let id = ctx.exit_id as u32;
         if id == EXIT_IBL_MISS {
+            count(0);
             let target = ctx.ibl_target;
             ctx.rip = target;
             let mut c = core();
@@ -54,6 +64,7 @@ pub fn run_thread(ctx: &mut ThreadContext) -> ! {
         let rec = core().cache.exits[id as usize];
         match rec.kind {
             ExitKind::Direct => {
+                count(1);
                 ctx.rip = rec.target;
                 let mut c = core();
                 let h = lookup_or_translate(&mut c, rec.target);
@@ -63,6 +74,7 @@ pub fn run_thread(ctx: &mut ThreadContext) -> ! {
                 next_host = Some(h);
             }
             ExitKind::Syscall => {
+                count(2);
                 ctx.rip = rec.target;
                 syscall::handle(ctx);
             }

@@ -22,6 +22,7 @@ pub struct Settings {
     pub trace_syscalls: bool,
     pub single_step: bool,
     pub chaining: bool,
+    pub stats: bool,
     /// The options exactly as given, to run rgrind again on exec'd programs.
     pub raw_options: Vec<OsString>,
     pub program: OsString,
@@ -144,6 +145,11 @@ const OPTIONS: &[Opt] = &[
         kind: Kind::Bool,
         help: "debug: chain direct branches between blocks [yes]",
     },
+    Opt {
+        name: "--stats",
+        kind: Kind::Bool,
+        help: "debug: print translation and dispatcher statistics at exit [no]",
+    },
 ];
 
 pub fn usage() -> String {
@@ -180,6 +186,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
         trace_syscalls: false,
         single_step: false,
         chaining: true,
+        stats: false,
         raw_options: Vec::new(),
         program: OsString::new(),
         program_args: Vec::new(),
@@ -219,6 +226,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             "--trace-syscalls" => s.trace_syscalls = parse_bool(&arg, v)?,
             "--single-step" => s.single_step = parse_bool(&arg, v)?,
             "--chain" => s.chaining = parse_bool(&arg, v)?,
+            "--stats" => s.stats = parse_bool(&arg, v)?,
             _ => return Err(CliError::Unknown(arg.clone())),
         }
         s.raw_options.push(args[i - 1].clone());
