@@ -11,3 +11,5 @@ pub use symbols::{Location, ModuleInfo, ModuleSource, Symbolizer};
 pub mod cachegrind;
 pub use cachegrind::CgProfile;
 pub mod callgrind;
+pub mod annotate;
+pub use annotate::run_subcommand;
