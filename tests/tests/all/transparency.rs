@@ -72,3 +72,17 @@ fn stdin_is_passed_through() {
     assert_eq!(native.stdout_str(), "0\ndone\n");
     assert_eq!(run(&cmd).end(), End::Exit(0));
 }
+
+#[test]
+fn exec_child_inherits_the_native_signal_state() {
+    // Ignored signals and the blocked mask survive execve, so a program that rgrind's shell guest
+    // execs natively must see the same ones as it would without rgrind. (Rust's runtime ignores
+    // SIGPIPE; a launcher that does not undo that makes `seq | sort | head` print "Broken pipe".)
+    let cmd = Cmd::new("/bin/sh").args(["-c", "grep -E '^Sig(Ign|Blk)' /proc/self/status"]);
+    let native = check_transparent(&cmd).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        native.stdout_str().contains("SigIgn:"),
+        "{}",
+        native.describe()
+    );
+}
