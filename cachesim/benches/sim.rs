@@ -57,7 +57,7 @@ fn mru_fast_path(b: Bencher) {
         let mut hits = 0u32;
         for &a in &addrs {
             // SAFETY: `flat` points into the live, boxed hierarchy `h`, not mutated here.
-            hits += u32::from(unsafe { mru_hit_raw(black_box(flat), a, 8) });
+            hits += u32::from(unsafe { mru_hit_raw(flat, black_box(a), 8) });
         }
         assert_eq!(hits, N as u32);
         hits

@@ -120,7 +120,8 @@ impl Cache {
         let bits = self.flat.line_bits();
         let set_mask = self.flat.set_mask();
         let assoc = self.flat.assoc() as usize;
-        let size = size.clamp(1, u64::from(self.geometry.line_size));
+        // Not `clamp`, which has a (here unreachable) panic path for min > max.
+        let size = size.max(1).min(u64::from(self.geometry.line_size));
         let line1 = addr >> bits;
         let line2 = addr.wrapping_add(size - 1) >> bits;
         let tags = self.flat.tags_mut();

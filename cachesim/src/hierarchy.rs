@@ -119,7 +119,7 @@ impl Hierarchy {
     /// inline check must use this size too.
     #[inline]
     pub fn clamp_size(&self, size: u64) -> u64 {
-        size.clamp(1, self.min_line_size)
+        size.max(1).min(self.min_line_size)
     }
 
     /// Smallest line size of the three levels.
