@@ -7,8 +7,8 @@
 //!   stays valid and fixed for the `FlatCache`'s whole life, wherever the struct moves.
 //! * `set_mask == sets - 1` with `sets` a power of two, `assoc >= 1`, `line_bits < 64`, and
 //!   `row_bytes == assoc * 8`: so for any address, `(line & set_mask) * assoc + w < len` for
-//!   every way `w < assoc`. [`FlatCache::new`] is the only constructor.
-//! * Rust code reaches the tags only through [`FlatCache::tags`] / [`FlatCache::tags_mut`],
+//!   every way `w < assoc`. `FlatCache::new` is the only constructor.
+//! * Rust code reaches the tags only through [`FlatCache::tags`] / `FlatCache::tags_mut`,
 //!   which derive short-lived slices from the raw pointer; no `Box` or `Vec` keeps a
 //!   uniqueness claim on the allocation, so the raw pointer handed to generated code is
 //!   never invalidated by Rust-side accesses.
