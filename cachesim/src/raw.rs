@@ -160,8 +160,8 @@ impl Clone for FlatCache {
 impl Drop for FlatCache {
     fn drop(&mut self) {
         let slice = core::ptr::slice_from_raw_parts_mut(self.tags.as_ptr(), self.len as usize);
-        // SAFETY: `tags`/`len` came from a leaked `Box<[u64]>` of length `len` in `new`/`clone` and are
-        // freed only here, once.
+        // SAFETY: `tags`/`len` came from a leaked `Box<[u64]>` of length `len` in
+        // `new`/`clone` and are freed only here, once.
         drop(unsafe { Box::from_raw(slice) });
     }
 }
