@@ -81,7 +81,8 @@ proptest! {
 fn base_files_are_valid_and_round_trip() {
     let parts = dumper::callgrind::parse_callgrind("c", CALLGRIND).unwrap();
     assert_eq!(parts[0].self_totals(), vec![8, 1]);
-    let again = dumper::callgrind::parse_callgrind("c2", &parts[0].to_text(Default::default())).unwrap();
+    let again =
+        dumper::callgrind::parse_callgrind("c2", &parts[0].to_text(Default::default())).unwrap();
     assert_eq!(again, parts);
     let p = dumper::cachegrind::parse_cachegrind("g", CACHEGRIND).unwrap();
     assert_eq!(p.totals(), vec![12, 4]);

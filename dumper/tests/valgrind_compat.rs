@@ -33,7 +33,9 @@ fn tool_output(tool: &str, args: &[&str]) -> Option<String> {
 
 #[test]
 fn valgrind_files_round_trip_byte_exact() {
-    let Some(vg) = common::valgrind_files() else { return };
+    let Some(vg) = common::valgrind_files() else {
+        return;
+    };
     for (name, compress) in [
         ("cl.out", true),
         ("cl-instr.out", true),
@@ -70,7 +72,10 @@ fn valgrind_files_round_trip_byte_exact() {
                 })
                 .collect()
         };
-        assert!(strip(&other_parts[0]) == strip(&parts[0]), "{name}: data changed with the other compression");
+        assert!(
+            strip(&other_parts[0]) == strip(&parts[0]),
+            "{name}: data changed with the other compression"
+        );
     }
     let text = vg.read("cg.out");
     let p = dumper::cachegrind::parse_cachegrind("cg.out", &text).unwrap();
@@ -110,7 +115,9 @@ impl Layout {
 
 #[test]
 fn symboliser_matches_callgrind_attribution() {
-    let Some(vg) = common::valgrind_files() else { return };
+    let Some(vg) = common::valgrind_files() else {
+        return;
+    };
     let parts = parse_callgrind("cl-instr.out", &vg.read("cl-instr.out")).unwrap();
     let part = &parts[0];
     let lay = Layout::new(part);
@@ -126,7 +133,13 @@ fn symboliser_matches_callgrind_attribution() {
                 if loc.file_name() == file && u64::from(loc.line) == pos[1] {
                     same += 1;
                 } else if bad.len() < 10 {
-                    bad.push(format!("{ob} {:#x}: vg {file}:{} us {}:{}", pos[0], pos[1], loc.file_name(), loc.line));
+                    bad.push(format!(
+                        "{ob} {:#x}: vg {file}:{} us {}:{}",
+                        pos[0],
+                        pos[1],
+                        loc.file_name(),
+                        loc.line
+                    ));
                 }
             }
         }
@@ -136,7 +149,10 @@ fn symboliser_matches_callgrind_attribution() {
     // boundary, Valgrind 3.19 sometimes keeps the outer file with the inner line (see
     // README "Known differences"); everything else must agree.
     eprintln!("{same} of {total} cost lines agree; first differences: {bad:#?}");
-    assert!(same * 1000 >= total * 995, "only {same} of {total} agree: {bad:#?}");
+    assert!(
+        same * 1000 >= total * 995,
+        "only {same} of {total} agree: {bad:#?}"
+    );
     // Inlined frames: sq() is inlined into sum() in prog.c.
     let exe = vg.exe.to_string_lossy().into_owned();
     let sum_block = part
@@ -168,10 +184,15 @@ fn data_from_valgrind(part: &ClPart, lay: &Layout, jumps: bool) -> CallgrindData
     for f in &part.functions {
         let ob = f.object.as_deref().unwrap_or("???");
         for e in &f.entries {
-            if let ClEntry::Call { cfn, cob, target, .. } = e {
+            if let ClEntry::Call {
+                cfn, cob, target, ..
+            } = e
+            {
                 let id = cfn.id.unwrap();
                 let base = id - u64::from(rec_of(&cfn.name));
-                entry.entry(base).or_insert(lay.rt(cob.as_deref().unwrap_or(ob), target[0]));
+                entry
+                    .entry(base)
+                    .or_insert(lay.rt(cob.as_deref().unwrap_or(ob), target[0]));
             }
         }
     }
@@ -190,7 +211,10 @@ fn data_from_valgrind(part: &ClPart, lay: &Layout, jumps: bool) -> CallgrindData
         entry.entry(base).or_insert(lay.rt(ob, min));
     }
     let max_base = *entry.keys().max().unwrap();
-    assert!(entry.keys().all(|b| b % 2 == 0), "context bases are multiples of --separate-recs");
+    assert!(
+        entry.keys().all(|b| b % 2 == 0),
+        "context bases are multiples of --separate-recs"
+    );
     let contexts: Vec<FnContext> = (0..=max_base / 2)
         .map(|i| FnContext {
             entry: entry.get(&(i * 2)).copied().unwrap_or(u64::MAX),
@@ -215,12 +239,21 @@ fn data_from_valgrind(part: &ClPart, lay: &Layout, jumps: bool) -> CallgrindData
                 ClEntry::Cost { pos, costs, .. } => {
                     let mut c = costs.clone();
                     c.resize(n, 0);
-                    let slot = d.costs.entry((ctx, rec, lay.rt(ob, pos[0]))).or_insert_with(|| vec![0; n]);
+                    let slot = d
+                        .costs
+                        .entry((ctx, rec, lay.rt(ob, pos[0])))
+                        .or_insert_with(|| vec![0; n]);
                     for (a, b) in slot.iter_mut().zip(&c) {
                         *a += b;
                     }
                 }
-                ClEntry::Call { cfn, pos, count, inclusive, .. } => {
+                ClEntry::Call {
+                    cfn,
+                    pos,
+                    count,
+                    inclusive,
+                    ..
+                } => {
                     let to_rec = rec_of(&cfn.name);
                     let mut incl = inclusive.clone();
                     incl.resize(n, 0);
@@ -234,7 +267,13 @@ fn data_from_valgrind(part: &ClPart, lay: &Layout, jumps: bool) -> CallgrindData
                         inclusive: incl,
                     });
                 }
-                ClEntry::Jump { pos, target, followed, executed, .. } if jumps => d.jumps.push(JumpArc {
+                ClEntry::Jump {
+                    pos,
+                    target,
+                    followed,
+                    executed,
+                    ..
+                } if jumps => d.jumps.push(JumpArc {
                     ctx,
                     rec,
                     from_addr: lay.rt(ob, pos[0]),
@@ -274,7 +313,9 @@ fn annotator_fn_column(out: &str) -> BTreeMap<String, u64> {
         }
         let t = line.trim_start();
         let (num, rest) = t.split_once(' ').unwrap();
-        let Ok(v) = num.replace(',', "").parse::<u64>() else { continue };
+        let Ok(v) = num.replace(',', "").parse::<u64>() else {
+            continue;
+        };
         // The name is after the last "%) " / "0 " column run: take the text after two spaces
         // following the last column.
         let name = rest.rsplit("  ").next().unwrap().trim();
@@ -289,7 +330,9 @@ fn annotator_fn_column(out: &str) -> BTreeMap<String, u64> {
 
 #[test]
 fn writer_reproduces_valgrind_and_is_accepted_by_annotators() {
-    let Some(vg) = common::valgrind_files() else { return };
+    let Some(vg) = common::valgrind_files() else {
+        return;
+    };
     for (src, jumps) in [("cl-instr.out", true), ("cl-instr-nojmp.out", false)] {
         let parts = parse_callgrind(src, &vg.read(src)).unwrap();
         let part = &parts[0];
@@ -313,13 +356,22 @@ fn writer_reproduces_valgrind_and_is_accepted_by_annotators() {
                     .iter()
                     .filter(|(k, v)| want.get(*k) != Some(v))
                     .map(|(k, v)| format!("ours {k:?} {v:?} vg {:?}", want.get(k)))
-                    .chain(want.iter().filter(|(k, _)| !got.contains_key(*k)).map(|(k, v)| format!("vg only {k:?} {v:?}")))
+                    .chain(
+                        want.iter()
+                            .filter(|(k, _)| !got.contains_key(*k))
+                            .map(|(k, v)| format!("vg only {k:?} {v:?}")),
+                    )
                     .collect();
-                assert!(diffs.len() <= 8, "{src} instr={dump_instr} compress={compress}: {diffs:#?}");
+                assert!(
+                    diffs.len() <= 8,
+                    "{src} instr={dump_instr} compress={compress}: {diffs:#?}"
+                );
                 let ids = |p: &ClPart| -> BTreeMap<String, Vec<u64>> {
                     let mut m: BTreeMap<String, Vec<u64>> = BTreeMap::new();
                     for f in &p.functions {
-                        m.entry(format!("{}:{}", f.file, f.name.name)).or_default().push(f.name.id.unwrap());
+                        m.entry(format!("{}:{}", f.file, f.name.name))
+                            .or_default()
+                            .push(f.name.id.unwrap());
                     }
                     m.values_mut().for_each(|v| {
                         v.sort();
@@ -341,12 +393,36 @@ fn writer_reproduces_valgrind_and_is_accepted_by_annotators() {
                 );
                 let incl_vg = dumper::annotate::callgrind_function_totals(part, true);
                 let incl_ours = dumper::annotate::callgrind_function_totals(&ours, true);
-                let differing = incl_ours.iter().filter(|(k, v)| incl_vg.get(*k) != Some(v)).count();
-                assert!(differing <= 8, "{differing} inclusive totals differ from Valgrind's");
+                let differing = incl_ours
+                    .iter()
+                    .filter(|(k, v)| incl_vg.get(*k) != Some(v))
+                    .count();
+                assert!(
+                    differing <= 8,
+                    "{differing} inclusive totals differ from Valgrind's"
+                );
                 if dump_instr && jumps && compress {
                     // Valgrind's own file with jumps written back through our data path.
-                    let orig_calls: usize = part.functions.iter().map(|f| f.entries.iter().filter(|e| matches!(e, ClEntry::Call { .. })).count()).sum();
-                    let our_calls: usize = back[0].functions.iter().map(|f| f.entries.iter().filter(|e| matches!(e, ClEntry::Call { .. })).count()).sum();
+                    let orig_calls: usize = part
+                        .functions
+                        .iter()
+                        .map(|f| {
+                            f.entries
+                                .iter()
+                                .filter(|e| matches!(e, ClEntry::Call { .. }))
+                                .count()
+                        })
+                        .sum();
+                    let our_calls: usize = back[0]
+                        .functions
+                        .iter()
+                        .map(|f| {
+                            f.entries
+                                .iter()
+                                .filter(|e| matches!(e, ClEntry::Call { .. }))
+                                .count()
+                        })
+                        .sum();
                     assert_eq!(our_calls, orig_calls);
                 }
                 let file = vg.path(&format!("ours-{src}-{dump_instr}-{compress}"));
@@ -355,7 +431,10 @@ fn writer_reproduces_valgrind_and_is_accepted_by_annotators() {
                 if let Some(out) = tool_output("callgrind_annotate", &["--threshold=100", f]) {
                     let total: u64 = ours.self_totals()[0];
                     assert!(
-                        out.contains(&format!("{} (100.0%)  PROGRAM TOTALS", dumper::annotate::commify(total))),
+                        out.contains(&format!(
+                            "{} (100.0%)  PROGRAM TOTALS",
+                            dumper::annotate::commify(total)
+                        )),
                         "callgrind_annotate totals differ:\n{out}"
                     );
                     let col = annotator_fn_column(&out);
@@ -384,7 +463,9 @@ fn writer_reproduces_valgrind_and_is_accepted_by_annotators() {
 
 #[test]
 fn cachegrind_writer_aggregates_like_cachegrind_and_cg_annotate_accepts_it() {
-    let Some(vg) = common::valgrind_files() else { return };
+    let Some(vg) = common::valgrind_files() else {
+        return;
+    };
     let parts = parse_callgrind("cl-instr.out", &vg.read("cl-instr.out")).unwrap();
     let part = &parts[0];
     let lay = Layout::new(part);
@@ -394,7 +475,11 @@ fn cachegrind_writer_aggregates_like_cachegrind_and_cg_annotate_accepts_it() {
         let ob = f.object.as_deref().unwrap_or("???");
         for e in &f.entries {
             if let ClEntry::Cost { pos, costs: c, .. } = e {
-                *costs.entry(lay.rt(ob, pos[0])).or_insert_with(|| vec![0]).get_mut(0).unwrap() += c.first().copied().unwrap_or(0);
+                *costs
+                    .entry(lay.rt(ob, pos[0]))
+                    .or_insert_with(|| vec![0])
+                    .get_mut(0)
+                    .unwrap() += c.first().copied().unwrap_or(0);
             }
         }
     }
@@ -403,7 +488,8 @@ fn cachegrind_writer_aggregates_like_cachegrind_and_cg_annotate_accepts_it() {
         "D1 cache:         32768 B, 64 B, 8-way associative".to_string(),
         "LL cache:         8388608 B, 64 B, 16-way associative".to_string(),
     ];
-    let p = CgProfile::from_costs(desc, "./prog 6".into(), vec!["Ir".into()], &costs, &sym).unwrap();
+    let p =
+        CgProfile::from_costs(desc, "./prog 6".into(), vec!["Ir".into()], &costs, &sym).unwrap();
     let total: u64 = costs.values().map(|c| c[0]).sum();
     assert_eq!(p.totals(), vec![total]);
     let text = p.to_text();
@@ -413,27 +499,59 @@ fn cachegrind_writer_aggregates_like_cachegrind_and_cg_annotate_accepts_it() {
     // Cachegrind's aggregation is per (instruction file, symbol, line). Valgrind's own
     // Cachegrind file of the same program must give (nearly) the same per-function Ir: it
     // differs only by VEX's speculative "&&-idiom" over-count (reference §0 fact 2).
-    let ours: BTreeMap<(String, String), u64> = p.function_totals().into_iter().map(|(k, v)| (k, v[0])).collect();
+    let ours: BTreeMap<(String, String), u64> = p
+        .function_totals()
+        .into_iter()
+        .map(|(k, v)| (k, v[0]))
+        .collect();
     let vgcg = dumper::cachegrind::parse_cachegrind("cg.out", &vg.read("cg.out")).unwrap();
-    let theirs: BTreeMap<(String, String), u64> = vgcg.function_totals().into_iter().map(|(k, v)| (k, v[0])).collect();
-    let common: u64 = ours.iter().map(|(k, v)| (*v).min(theirs.get(k).copied().unwrap_or(0))).sum();
+    let theirs: BTreeMap<(String, String), u64> = vgcg
+        .function_totals()
+        .into_iter()
+        .map(|(k, v)| (k, v[0]))
+        .collect();
+    let common: u64 = ours
+        .iter()
+        .map(|(k, v)| (*v).min(theirs.get(k).copied().unwrap_or(0)))
+        .sum();
     let mut worst: Vec<(u64, String)> = ours
         .iter()
         .filter(|(k, v)| theirs.get(*k) != Some(v))
-        .map(|(k, v)| (v.abs_diff(theirs.get(k).copied().unwrap_or(0)), format!("{k:?}: ours {v} cachegrind {:?}", theirs.get(k))))
+        .map(|(k, v)| {
+            (
+                v.abs_diff(theirs.get(k).copied().unwrap_or(0)),
+                format!("{k:?}: ours {v} cachegrind {:?}", theirs.get(k)),
+            )
+        })
         .collect();
     worst.sort();
     worst.reverse();
     worst.truncate(8);
-    assert!(common * 100 >= total * 99, "only {common} of {total} Ir agree with cachegrind: {worst:#?}");
-    assert!(ours.keys().filter(|k| !theirs.contains_key(*k)).count() <= 3, "{worst:#?}");
+    assert!(
+        common * 100 >= total * 99,
+        "only {common} of {total} Ir agree with cachegrind: {worst:#?}"
+    );
+    assert!(
+        ours.keys().filter(|k| !theirs.contains_key(*k)).count() <= 3,
+        "{worst:#?}"
+    );
     let file = vg.path("ours-cg.out");
     std::fs::write(&file, &text).unwrap();
     let f = file.to_str().unwrap();
     if let Some(out) = tool_output("cg_annotate", &["--threshold=0", f]) {
-        assert!(out.contains(&format!("{} (100.0%)  PROGRAM TOTALS", dumper::annotate::commify(total))), "{out}");
+        assert!(
+            out.contains(&format!(
+                "{} (100.0%)  PROGRAM TOTALS",
+                dumper::annotate::commify(total)
+            )),
+            "{out}"
+        );
         let col = annotator_fn_column(&out);
-        let want: BTreeMap<String, u64> = ours.iter().filter(|(_, v)| **v > 0).map(|((fl, f), v)| (format!("{fl}:{f}"), *v)).collect();
+        let want: BTreeMap<String, u64> = ours
+            .iter()
+            .filter(|(_, v)| **v > 0)
+            .map(|((fl, f), v)| (format!("{fl}:{f}"), *v))
+            .collect();
         assert_eq!(col, want);
     }
 }
@@ -448,7 +566,9 @@ fn rgrind(args: &[&str]) -> String {
 
 #[test]
 fn rgrind_annotate_matches_the_annotators() {
-    let Some(vg) = common::valgrind_files() else { return };
+    let Some(vg) = common::valgrind_files() else {
+        return;
+    };
     let cg = vg.path("cg.out");
     let cg = cg.to_str().unwrap();
     if let Some(theirs) = tool_output("cg_annotate", &["--threshold=0", "--auto=no", cg]) {
@@ -456,30 +576,48 @@ fn rgrind_annotate_matches_the_annotators() {
         assert_eq!(annotator_fn_column(&ours), annotator_fn_column(&theirs));
         assert!(!annotator_fn_column(&ours).is_empty());
     }
-    for (file, incl) in [("cl.out", "no"), ("cl.out", "yes"), ("cl-plain.out", "no"), ("cl-instr.out", "yes")] {
+    for (file, incl) in [
+        ("cl.out", "no"),
+        ("cl.out", "yes"),
+        ("cl-plain.out", "no"),
+        ("cl-instr.out", "yes"),
+    ] {
         let p = vg.path(file);
         let p = p.to_str().unwrap();
         let inc = format!("--inclusive={incl}");
-        if let Some(theirs) = tool_output("callgrind_annotate", &["--threshold=100", "--auto=no", &inc, p]) {
+        if let Some(theirs) = tool_output(
+            "callgrind_annotate",
+            &["--threshold=100", "--auto=no", &inc, p],
+        ) {
             let ours = rgrind(&["annotate", "--threshold=0", "--auto=no", &inc, p]);
-            assert_eq!(annotator_fn_column(&ours), annotator_fn_column(&theirs), "{file} {inc}");
+            assert_eq!(
+                annotator_fn_column(&ours),
+                annotator_fn_column(&theirs),
+                "{file} {inc}"
+            );
         }
     }
     // Source annotation shows prog.c lines with counts.
     let ours = rgrind(&["annotate", cg]);
-    assert!(ours.contains("-- Auto-annotated source:") && ours.contains("return n < 2 ? n : fib(n - 1) + fib(n - 2);"));
+    assert!(
+        ours.contains("-- Auto-annotated source:")
+            && ours.contains("return n < 2 ? n : fib(n - 1) + fib(n - 2);")
+    );
 }
 
 #[test]
 fn diff_and_merge() {
-    let Some(vg) = common::valgrind_files() else { return };
+    let Some(vg) = common::valgrind_files() else {
+        return;
+    };
     let cg = vg.path("cg.out");
     let cg = cg.to_str().unwrap();
     let merged = vg.path("merged.out");
     let m = merged.to_str().unwrap();
     rgrind(&["merge", "-o", m, cg, cg]);
     let one = dumper::cachegrind::parse_cachegrind("a", &vg.read("cg.out")).unwrap();
-    let two = dumper::cachegrind::parse_cachegrind("b", &std::fs::read_to_string(&merged).unwrap()).unwrap();
+    let two = dumper::cachegrind::parse_cachegrind("b", &std::fs::read_to_string(&merged).unwrap())
+        .unwrap();
     let doubled: Vec<u64> = one.totals().iter().map(|x| x * 2).collect();
     assert_eq!(two.totals(), doubled);
     let d = rgrind(&["diff", cg, m]);
@@ -495,6 +633,10 @@ fn diff_and_merge() {
     assert_eq!(mp[0].totals(), o.iter().map(|x| x * 2).collect::<Vec<_>>());
     assert_eq!(mp[0].self_totals(), mp[0].totals());
     let d = rgrind(&["diff", cl, cl]);
-    assert_eq!(d.lines().count(), 1, "identical files have no differences: {d}");
+    assert_eq!(
+        d.lines().count(),
+        1,
+        "identical files have no differences: {d}"
+    );
     let _ = Path::new(cl);
 }

@@ -180,11 +180,7 @@ impl ModuleTables {
     pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
         let idx = self.syms.partition_point(|s| s.start <= addr);
         // Nested symbols are rare; look back a few entries for one that contains addr.
-        self.syms[..idx]
-            .iter()
-            .rev()
-            .take(8)
-            .find(|s| addr < s.end)
+        self.syms[..idx].iter().rev().take(8).find(|s| addr < s.end)
     }
 
     /// The (file id, line) of `addr`, if the line table covers it.
@@ -214,10 +210,11 @@ impl ModuleTables {
             return out;
         };
         while let Ok(Some(f)) = frames.next() {
-            let function = f
-                .function
-                .as_ref()
-                .and_then(|n| n.raw_name().ok().map(|s| super::demangle::demangle(s.as_ref())));
+            let function = f.function.as_ref().and_then(|n| {
+                n.raw_name()
+                    .ok()
+                    .map(|s| super::demangle::demangle(s.as_ref()))
+            });
             let (file, line) = match &f.location {
                 Some(l) => (l.file.map(str::to_string), l.line.unwrap_or(0)),
                 None => (None, 0),
@@ -431,7 +428,9 @@ fn read_lines(
                     id
                 }
             };
-            let line = row.line().map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
+            let line = row
+                .line()
+                .map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
             rows.push(Row {
                 addr: row.address(),
                 file: fid,
@@ -449,8 +448,14 @@ mod tests {
     #[test]
     fn prefer_name_rules() {
         assert!(prefer_name("bcmp", "memcmp"));
-        assert!(prefer_name("__libc_start_main@@GLIBC_2.34", "__libc_start_main"));
-        assert!(!prefer_name("__libc_start_main", "__libc_start_main@@GLIBC_2.34"));
+        assert!(prefer_name(
+            "__libc_start_main@@GLIBC_2.34",
+            "__libc_start_main"
+        ));
+        assert!(!prefer_name(
+            "__libc_start_main",
+            "__libc_start_main@@GLIBC_2.34"
+        ));
         assert!(prefer_name("abc", "abd"));
         assert!(prefer_name("x", " "));
     }
