@@ -25,4 +25,4 @@ pub mod syscall;
 pub mod tool;
 pub mod translate;
 
-pub use run::{run, CoreOptions, RunError};
+pub use run::{load, start, CoreOptions, LoadedProgram, RunError};

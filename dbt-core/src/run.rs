@@ -50,10 +50,12 @@ impl Default for CoreOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// Bad input: the message carries Valgrind's `rgrind: ` prefix already.
+    /// Bad input: the message carries Valgrind's `rgrind: ` prefix already.
     #[error("{0}")]
     Load(#[from] LoadError),
     /// The host lacks something rgrind needs (a limit).
-    #[error("{0}")]
+    #[error("rgrind: {0}")]
     Host(String),
 }
 
@@ -73,27 +75,36 @@ fn stack_size() -> u64 {
     cur.clamp(1 << 20, 1 << 30)
 }
 
-/// Loads `program` and runs it to completion; never returns on success (the process exits
-/// with the guest's status).
-pub fn run(
-    program: &GuestProgram,
-    envp: Vec<CString>,
-    opts: CoreOptions,
-    tool: Box<dyn Tool>,
-) -> Result<std::convert::Infallible, RunError> {
+/// A guest mapped into memory with its initial stack, ready to start.
+pub struct LoadedProgram {
+    program: GuestProgram,
+    loaded: loader::LoadedGuest,
+}
+
+/// Maps `program` (and its loader) and builds its initial stack; nothing runs yet.
+pub fn load(program: GuestProgram, envp: Vec<CString>) -> Result<LoadedProgram, RunError> {
     if !crate::dispatch::fsgsbase_available() {
         return Err(RunError::Host(
             "the kernel does not allow the FSGSBASE instructions (Linux 5.9+ on a CPU with FSGSBASE is needed)".into(),
         ));
     }
-    let loaded = loader::load(
-        program,
-        &LoadOptions {
-            envp,
-            brk_reserve: BRK_RESERVE,
-            stack_size: stack_size(),
-        },
-    )?;
+    let opts = LoadOptions {
+        envp,
+        brk_reserve: BRK_RESERVE,
+        stack_size: stack_size(),
+    };
+    let loaded = loader::load(&program, &opts)?;
+    Ok(LoadedProgram { program, loaded })
+}
+
+/// Runs a loaded guest to completion; never returns on success (the process exits with the
+/// guest's status or signal).
+pub fn start(
+    guest: LoadedProgram,
+    opts: CoreOptions,
+    tool: Box<dyn Tool>,
+) -> Result<std::convert::Infallible, RunError> {
+    let LoadedProgram { program, loaded } = guest;
     let mut mappings = crate::aspace::GuestRanges::default();
     mappings.insert(loaded.exe.start, loaded.exe.end);
     if let Some(i) = &loaded.interp {

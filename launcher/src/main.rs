@@ -34,10 +34,25 @@ fn main() {
 }
 
 fn run(s: Settings) -> ! {
-    let program = match dbt_core::loader::resolve_program(&s.program, &s.program_args) {
-        Ok(p) => p,
+    // Rust's runtime ignores SIGPIPE; the guest must start with the default disposition.
+    // SAFETY: signal() with SIG_DFL has no memory-safety preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let envp: Vec<CString> = std::env::vars_os()
+        .map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).unwrap_or_default()
+        })
+        .collect();
+    // Bad input is reported before any `==PID==` line, in one line; RunError messages carry
+    // the `rgrind: ` prefix already.
+    let guest = dbt_core::loader::resolve_program(&s.program, &s.program_args)
+        .map_err(dbt_core::RunError::from)
+        .and_then(|program| dbt_core::load(program, envp));
+    let guest = match guest {
+        Ok(g) => g,
         Err(e) => {
-            // LoadError messages carry Valgrind's `rgrind: ` prefix already.
             eprintln!("{e}");
             std::process::exit(1);
         }
@@ -80,14 +95,6 @@ fn run(s: Settings) -> ! {
         log::line(&format!("Command: {cmd}"));
         log::line("");
     }
-    let envp: Vec<CString> = std::env::vars_os()
-        .map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            CString::new(kv).unwrap_or_default()
-        })
-        .collect();
     let opts = dbt_core::CoreOptions {
         trace_blocks: s.trace_blocks,
         trace_syscalls: s.trace_syscalls,
@@ -98,8 +105,11 @@ fn run(s: Settings) -> ! {
         rgrind_args: s.raw_options.clone(),
         ..Default::default()
     };
-    match dbt_core::run(&program, envp, opts, tool) {
+    match dbt_core::start(guest, opts, tool) {
         Ok(never) => match never {},
-        Err(e) => fail(&[e.to_string()]),
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
     }
 }

@@ -113,7 +113,7 @@ pub fn resolve_with_path(
                 },
                 &script,
             ));
-        } else if head.iter().take(BINARY_SNIFF_LEN).any(|&b| b > 127) {
+        } else if looks_binary(&head) {
             return Err(LoadError::BinaryFile { path: show(&path) });
         } else {
             (OsString::from(DEFAULT_SHELL), None)
@@ -201,4 +201,14 @@ fn cstring(s: &OsStr, path: &Path) -> Result<CString, LoadError> {
         path: show(path),
         errno: libc::EINVAL,
     })
+}
+
+/// Whether a file that is neither ELF nor `#!` is binary data rather than a shell script:
+/// Valgrind's test (a byte above 127 in the first 80), or a NUL byte there, or a control
+/// character in the first line (a shell script's first line is text).
+fn looks_binary(head: &[u8]) -> bool {
+    let sniff = &head[..head.len().min(BINARY_SNIFF_LEN)];
+    let first_line = sniff.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let control = |b: &u8| b.is_ascii_control() && !matches!(b, b'\t' | b'\r' | 0x0b | 0x0c);
+    sniff.iter().any(|&b| b > 127 || b == 0) || first_line.iter().any(control)
 }

@@ -97,10 +97,22 @@ pub(crate) struct BuiltStack {
     pub auxv: Vec<(u64, u64)>,
 }
 
-/// Own auxv value for `tag` (0 when absent).
+/// Own auxv value for `tag` (0 when absent), as the kernel gave it. glibc's getauxval is not
+/// used: on x86-64 it answers AT_HWCAP with its own platform mask, not the kernel's value.
 fn host_auxv(tag: u64) -> u64 {
-    // SAFETY: getauxval only reads the process's auxv; it has no preconditions.
-    unsafe { libc::getauxval(tag as libc::c_ulong) }
+    static AUXV: std::sync::OnceLock<Vec<(u64, u64)>> = std::sync::OnceLock::new();
+    let auxv = AUXV.get_or_init(|| {
+        let bytes = std::fs::read("/proc/self/auxv").unwrap_or_default();
+        bytes
+            .chunks_exact(16)
+            .map(|c| {
+                let k = u64::from_ne_bytes(c[..8].try_into().unwrap_or([0; 8]));
+                let v = u64::from_ne_bytes(c[8..].try_into().unwrap_or([0; 8]));
+                (k, v)
+            })
+            .collect()
+    });
+    auxv.iter().find(|&&(k, _)| k == tag).map_or(0, |&(_, v)| v)
 }
 
 /// Maps the guest main stack and writes the initial argc/argv/envp/auxv image into it.
