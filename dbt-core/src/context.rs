@@ -92,6 +92,10 @@ pub struct ThreadContext {
     /// MXCSR value rgrind's own code runs with.
     pub host_mxcsr: u32,
     pub _pad0: u32,
+    /// CLONE_CHILD_CLEARTID address of this guest thread (0: none).
+    pub clear_child_tid: u64,
+    /// The process's first thread (its exit must not return from `main`).
+    pub is_main_thread: bool,
     /// Spill slots for translated code.
     pub scratch: [u64; N_SCRATCH],
     /// XSAVE image of the guest's x87/SSE/AVX/AVX-512 state while outside translated code.
@@ -154,6 +158,13 @@ impl ThreadContext {
         ctx.exit_fn = crate::dispatch::exit_fn_addr();
         ctx.clear_ibl();
         Some(ctx)
+    }
+
+    /// Unmaps a context made by `allocate`.
+    pub fn free(ctx: *mut ThreadContext) {
+        // SAFETY: `ctx` came from `allocate` (an mmap of exactly this size) and its thread no
+        // longer uses it.
+        unsafe { libc::munmap(ctx.cast(), core::mem::size_of::<ThreadContext>()) };
     }
 
     /// Empties the IBL table (after translations were discarded).

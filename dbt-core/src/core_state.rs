@@ -132,8 +132,3 @@ pub fn die_by_signal(signal: i32) -> ! {
     }
     unreachable_exit()
 }
-
-/// Guest threads are not supported yet: say so clearly and stop.
-pub fn unsupported_threads() -> ! {
-    fatal("the guest created a thread (clone with CLONE_THREAD); threads are not supported yet")
-}

@@ -22,6 +22,7 @@ pub mod dispatch;
 pub mod loader;
 mod run;
 pub mod syscall;
+pub mod thread;
 pub mod tool;
 pub mod translate;
 

@@ -35,8 +35,9 @@ fn count(i: usize) {
     STATS[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Runs the calling thread's guest until it exits the process or thread.
-pub fn run_thread(ctx: &mut ThreadContext) -> ! {
+/// Runs the calling thread's guest until the guest thread exits (an exit of the whole
+/// process never returns).
+pub fn run_thread(ctx: &mut ThreadContext) {
     set_gs_base(ctx);
     let mut next_host: Option<u64> = None;
     loop {
@@ -76,7 +77,9 @@ pub fn run_thread(ctx: &mut ThreadContext) -> ! {
             ExitKind::Syscall => {
                 count(2);
                 ctx.rip = rec.target;
-                syscall::handle(ctx);
+                if !syscall::handle(ctx) {
+                    return;
+                }
             }
             ExitKind::Cpuid => {
                 ctx.rip = rec.target;
