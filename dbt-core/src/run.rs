@@ -164,6 +164,7 @@ pub fn start(
     ctx.guest_fs = 0;
     ctx.init_xstate();
     ctx.is_main_thread = true;
+    crate::signal::init();
     crate::thread::register(ctx);
     crate::dispatch::run_thread(ctx);
     unreachable!("the main thread's exit does not return")

@@ -45,6 +45,10 @@ enum Disposition {
     Exec,
     /// rseq, clone3: answered ENOSYS so glibc falls back, as under Valgrind.
     NoSys,
+    /// rt_sigaction, sigaltstack: guest dispositions are virtualised (see `crate::signal`).
+    Signal,
+    /// rt_sigreturn: reload the guest context from its signal frame.
+    SigReturn,
 }
 
 fn disposition(nr: u64) -> Disposition {
@@ -58,6 +62,8 @@ fn disposition(nr: u64) -> Disposition {
         libc::SYS_fork | libc::SYS_vfork | libc::SYS_clone => Clone,
         libc::SYS_execve | libc::SYS_execveat => Exec,
         libc::SYS_rseq | libc::SYS_clone3 => NoSys,
+        libc::SYS_rt_sigaction | libc::SYS_sigaltstack => Signal,
+        libc::SYS_rt_sigreturn => SigReturn,
         _ => Pass,
     }
 }
@@ -87,6 +93,14 @@ pub fn handle(ctx: &mut ThreadContext) -> bool {
         Disposition::Clone => clone(ctx, nr, args),
         Disposition::Exec => exec(nr, args),
         Disposition::NoSys => -ENOSYS,
+        Disposition::Signal => match nr as i64 {
+            libc::SYS_rt_sigaction => crate::signal::sigaction(args[0], args[1], args[2], args[3]),
+            _ => crate::signal::sigaltstack(ctx, args[0], args[1]),
+        },
+        Disposition::SigReturn => {
+            crate::signal::sigreturn(ctx);
+            return true;
+        }
     };
     if core().process.trace_syscalls {
         eprintln!(
