@@ -49,6 +49,10 @@ const GUESTS: &[Guest] = &[
     g("insns-static", "insns.c", &["-static"]),
     g("cxx", "cxx.cpp", &[]),
     g("cxx-static", "cxx.cpp", &["-static"]),
+    g("sigs", "sigs.c", &[]),
+    g("sigs-static", "sigs.c", &["-static"]),
+    g("threads", "threads.c", &[]),
+    g("threads-static", "threads.c", &["-static"]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

@@ -21,7 +21,9 @@ pub mod core_state;
 pub mod dispatch;
 pub mod loader;
 mod run;
+pub mod signal;
 pub mod syscall;
+pub mod thread;
 pub mod tool;
 pub mod translate;
 

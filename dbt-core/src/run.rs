@@ -163,5 +163,9 @@ pub fn start(
     ctx.rflags = 0x202;
     ctx.guest_fs = 0;
     ctx.init_xstate();
-    crate::dispatch::run_thread(ctx)
+    ctx.is_main_thread = true;
+    crate::signal::init();
+    crate::thread::register(ctx);
+    crate::dispatch::run_thread(ctx);
+    unreachable!("the main thread's exit does not return")
 }

@@ -473,8 +473,10 @@ pub fn translate(
     };
     let internal = |what: String| TranslateError::Internal { addr: guest, what };
     let mut guest_end = guest;
+    let mut insn_starts = Vec::with_capacity(insns.len());
     for insn in &insns {
         guest_end = insn.next_ip();
+        insn_starts.push((em.off() as u32, insn.ip()));
         let bytes = &buf[(insn.ip() - guest) as usize..(insn.next_ip() - guest) as usize];
         emit_insn(&mut em, insn, bytes).map_err(|what| TranslateError::Internal {
             addr: insn.ip(),
@@ -523,6 +525,7 @@ pub fn translate(
         );
     }
     cache.insert_block(Block {
+        insn_starts,
         guest_start: guest,
         guest_end,
         host,
