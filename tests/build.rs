@@ -53,6 +53,7 @@ const GUESTS: &[Guest] = &[
     g("sigs-static", "sigs.c", &["-static"]),
     g("threads", "threads.c", &[]),
     g("threads-static", "threads.c", &["-static"]),
+    g("jit", "jit.c", &[]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

@@ -25,11 +25,29 @@ pub struct Process {
     pub brk_mapped: u64,
     pub brk_limit: u64,
     pub mappings: GuestRanges,
+    /// Guest memory that is currently writable: code translated from it gets an entry check
+    /// of its bytes (self-modifying code, JITs).
+    pub writable: GuestRanges,
     pub trace_children: bool,
     pub trace_syscalls: bool,
     /// How to run rgrind again on an exec'd program: rgrind's own exe and its options.
     pub rgrind_exe: PathBuf,
     pub rgrind_args: Vec<std::ffi::OsString>,
+}
+
+impl Process {
+    pub fn set_writable(&mut self, start: u64, end: u64, writable: bool) {
+        if writable {
+            self.writable.insert(start, end);
+        } else {
+            self.writable.remove(start, end);
+        }
+    }
+
+    /// Whether any byte of `[start, end)` is writable guest memory.
+    pub fn any_writable(&self, start: u64, end: u64) -> bool {
+        self.writable.gaps(start, end) != [(start, end)]
+    }
 }
 
 pub struct Core {

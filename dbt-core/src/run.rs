@@ -146,6 +146,11 @@ pub fn start(
             brk_mapped: loaded.brk_start,
             brk_limit: loaded.brk_limit,
             mappings,
+            writable: {
+                let mut w = crate::aspace::GuestRanges::default();
+                w.insert(loaded.stack_start, loaded.stack_end);
+                w
+            },
             trace_children: opts.trace_children,
             trace_syscalls: opts.trace_syscalls,
             rgrind_exe: opts.rgrind_exe.clone(),

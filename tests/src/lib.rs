@@ -611,6 +611,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("sigs-kill", "sigs", &["kill"]),
     gc("threads", "threads", &[]),
     gc("threads-static", "threads-static", &[]),
+    gc("jit", "jit", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

@@ -40,6 +40,9 @@ pub enum ExitKind {
     /// An instruction that traps natively (`int3`, `ud2`, undecodable bytes, ...); `target` is
     /// its address and `signal` what the kernel would deliver.
     Trap { signal: i32, next: u64 },
+    /// The block's guest bytes changed since translation (entry check failed); `target` is the
+    /// block start, to retranslate.
+    SmcMismatch,
 }
 
 #[derive(Clone, Copy, Debug)]

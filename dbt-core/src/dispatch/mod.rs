@@ -20,7 +20,14 @@ pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
     if let Some(b) = core.cache.blocks.get(&guest) {
         return b.host;
     }
-    match crate::translate::translate(&mut core.cache, guest, &core.topts) {
+    let Core {
+        cache,
+        topts,
+        process,
+        ..
+    } = core;
+    let writable = |s: u64, e: u64| process.any_writable(s, e);
+    match crate::translate::translate(cache, guest, topts, &writable) {
         Ok(host) => host,
         Err(e) => crate::core_state::fatal(&format!("{e}")),
     }
@@ -101,6 +108,18 @@ pub fn run_thread(ctx: &mut ThreadContext) {
             ExitKind::Cpuid => {
                 ctx.rip = rec.target;
                 emulate_cpuid(ctx);
+            }
+            ExitKind::SmcMismatch => {
+                ctx.rip = rec.target;
+                let mut c = core();
+                let end = c
+                    .cache
+                    .blocks
+                    .get(&rec.target)
+                    .map_or(rec.target + 1, |b| b.guest_end);
+                c.cache.invalidate(rec.target, end);
+                drop(c);
+                crate::thread::for_each_context(|t| t.clear_ibl());
             }
             ExitKind::Trap { signal, next } => {
                 ctx.rip = rec.target;

@@ -140,6 +140,7 @@ fn brk(want: u64) -> i64 {
             return p.brk_cur as i64;
         }
         p.mappings.insert(p.brk_mapped, need);
+        p.writable.insert(p.brk_mapped, need);
         p.brk_mapped = need;
     } else if need < p.brk_mapped {
         // Shrinking gives the pages back and makes them inaccessible again, as natively.
@@ -155,6 +156,7 @@ fn brk(want: u64) -> i64 {
             )
         };
         p.mappings.remove(need, p.brk_mapped);
+        p.writable.remove(need, p.brk_mapped);
         p.brk_mapped = need;
     }
     p.brk_cur = want;
@@ -187,6 +189,8 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
                 let start = r as u64;
                 let end = start + page_up(len);
                 c.process.mappings.insert(start, end);
+                c.process
+                    .set_writable(start, end, a[2] as i32 & libc::PROT_WRITE != 0);
                 if fixed {
                     c.cache.invalidate(start, end);
                     clear_ibl_all();
@@ -212,11 +216,16 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
             }
             let r = pass(nr, a);
             if r == 0 {
-                let drop_code = nr as i64 == libc::SYS_munmap || a[2] as i32 & libc::PROT_EXEC == 0;
                 if nr as i64 == libc::SYS_munmap {
                     c.process.mappings.remove(addr, addr + len);
+                    c.process.set_writable(addr, addr + len, false);
+                } else {
+                    c.process
+                        .set_writable(addr, addr + len, a[2] as i32 & libc::PROT_WRITE != 0);
                 }
-                if drop_code && c.cache.invalidate(addr, addr + len) > 0 {
+                // Unmapped, no longer executable, or newly writable: translations made from
+                // this range are stale or would miss the checks writable code gets.
+                if c.cache.invalidate(addr, addr + len) > 0 {
                     clear_ibl_all();
                 }
             }
@@ -235,8 +244,12 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
             }
             let r = pass(nr, a);
             if r >= 0 {
+                let was_writable = c.process.any_writable(old, old + old_len);
                 c.process.mappings.remove(old, old + old_len);
+                c.process.set_writable(old, old + old_len, false);
                 c.process.mappings.insert(r as u64, r as u64 + new_len);
+                c.process
+                    .set_writable(r as u64, r as u64 + new_len, was_writable);
                 if c.cache.invalidate(old, old + old_len) > 0 {
                     clear_ibl_all();
                 }
