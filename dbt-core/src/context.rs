@@ -106,6 +106,8 @@ pub struct ThreadContext {
     pub signal_rip: u64,
     /// Non-zero while the host handler single-steps towards a block start.
     pub stepping: u64,
+    /// Another thread asked for the run lock (time slice over).
+    pub yield_requested: u64,
     /// The guest's alternate signal stack (size 0: none).
     pub guest_ss_sp: u64,
     pub guest_ss_size: u64,

@@ -21,6 +21,7 @@ pub mod core_state;
 pub mod dispatch;
 pub mod loader;
 mod run;
+pub mod runlock;
 pub mod signal;
 pub mod syscall;
 pub mod thread;

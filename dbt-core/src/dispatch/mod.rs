@@ -47,6 +47,7 @@ fn count(i: usize) {
 pub fn run_thread(ctx: &mut ThreadContext) {
     set_gs_base(ctx);
     crate::signal::thread_init(ctx);
+    crate::runlock::acquire();
     let mut next_host: Option<u64> = None;
     loop {
         if crate::signal::has_work(ctx) {
@@ -98,6 +99,7 @@ pub fn run_thread(ctx: &mut ThreadContext) {
                 let nr = ctx.gpr[reg::RAX];
                 if !syscall::handle(ctx) {
                     crate::signal::thread_exit(ctx);
+                    crate::runlock::release();
                     return;
                 }
                 if ctx.gpr[reg::RAX] as i64 == -(libc::EINTR as i64) && crate::signal::has_work(ctx)

@@ -13,6 +13,7 @@ mod memory;
 mod options;
 mod process;
 mod programs;
+mod serialised;
 mod startup;
 mod transparency;
 mod vs_valgrind;
