@@ -139,7 +139,7 @@ pub const OFF_SCRATCH: usize = offset_of!(ThreadContext, scratch);
 pub const OFF_XSAVE: usize = offset_of!(ThreadContext, xsave_area);
 pub const OFF_IBL: usize = offset_of!(ThreadContext, ibl);
 
-const _: () = assert!(OFF_XSAVE % 64 == 0);
+const _: () = assert!(OFF_XSAVE.is_multiple_of(64));
 const _: () = assert!(OFF_IBL + IBL_ENTRIES * 16 < i32::MAX as usize);
 // dispatch::enter hard-codes the gpr offsets (8 * register number).
 const _: () = assert!(OFF_GPR == 0);

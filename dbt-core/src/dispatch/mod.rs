@@ -134,8 +134,7 @@ pub fn run_thread(ctx: &mut ThreadContext) {
 fn emulate_cpuid(ctx: &mut ThreadContext) {
     let leaf = ctx.gpr[reg::RAX] as u32;
     let sub = ctx.gpr[reg::RCX] as u32;
-    // SAFETY: cpuid is available on every x86-64 CPU.
-    let r = unsafe { core::arch::x86_64::__cpuid_count(leaf, sub) };
+    let r = core::arch::x86_64::__cpuid_count(leaf, sub);
     ctx.gpr[reg::RAX] = u64::from(r.eax);
     ctx.gpr[reg::RBX] = u64::from(r.ebx);
     ctx.gpr[reg::RCX] = u64::from(r.ecx);

@@ -208,10 +208,7 @@ fn cc_number(cc: ConditionCode) -> u8 {
 
 /// Memory operand of `insn` as a standalone operand (for `mov rdx, <it>`).
 fn memory_operand(insn: &Instruction) -> MemoryOperand {
-    let seg = match insn.segment_prefix() {
-        Register::None => Register::None,
-        s => s,
-    };
+    let seg = insn.segment_prefix();
     MemoryOperand::new(
         insn.memory_base(),
         insn.memory_index(),
@@ -253,7 +250,7 @@ impl Emitter {
 
     /// Pads with NOPs so that a rel32 starting `prefix` bytes from here is 4-byte aligned.
     fn align_rel32(&mut self, prefix: usize) {
-        while (self.host as usize + self.off() + prefix) % 4 != 0 {
+        while !(self.host as usize + self.off() + prefix).is_multiple_of(4) {
             self.ops.push(0x90);
         }
     }
@@ -382,6 +379,8 @@ impl Emitter {
 
     /// Copies a RIP-relative instruction, re-encoded for its new address; if the data is out
     /// of rel32 reach, goes through a borrowed scratch register.
+    // dynasm's expansion of `Rq(reg)` converts a u8 to itself.
+    #[allow(clippy::useless_conversion)]
     fn rip_relative(&mut self, insn: &Instruction) -> Result<(), String> {
         if self.encode(insn).is_ok() {
             return Ok(());
