@@ -295,14 +295,17 @@ impl Emitter {
     }
 
     /// Pushes the 64-bit guest return address without touching flags or registers.
+    ///
+    /// One 8-byte `push` through a borrowed rcx (restored after): the `ret` reads the slot with
+    /// one 8-byte load, which two 4-byte stores would keep from being store-forwarded.
     fn push_return_address(&mut self, ret: u64) {
-        let lo = ret as u32 as i32;
-        let hi = (ret >> 32) as u32 as i32;
+        let r = ret as i64;
         dynasm!(self.ops
             ; .arch x64
-            ; lea rsp, [rsp - 8]
-            ; mov DWORD [rsp], lo
-            ; mov DWORD [rsp + 4], hi
+            ; gs mov QWORD [S2], rcx
+            ; mov rcx, QWORD r
+            ; push rcx
+            ; gs mov rcx, QWORD [S2]
         );
     }
 
