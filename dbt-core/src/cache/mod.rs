@@ -37,6 +37,8 @@ pub enum ExitKind {
     Syscall,
     /// A `cpuid` instruction; `target` is the address after it.
     Cpuid,
+    /// A Valgrind client request (`crate::clientreq`); `target` is the address after it.
+    ClientRequest,
     /// An instruction that traps natively (`int3`, `ud2`, undecodable bytes, ...); `target` is
     /// its address and `signal` what the kernel would deliver.
     Trap { signal: i32, next: u64 },

@@ -20,7 +20,7 @@ pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
     if let Some(b) = core.cache.blocks.get(&guest) {
         return b.host;
     }
-    match crate::translate::translate(&mut core.cache, guest, &core.topts) {
+    match crate::translate::translate(&mut core.cache, &mut *core.tool, guest, &core.topts) {
         Ok(host) => host,
         Err(e) => crate::core_state::fatal(&format!("{e}")),
     }
@@ -81,6 +81,10 @@ pub fn run_thread(ctx: &mut ThreadContext) -> ! {
             ExitKind::Cpuid => {
                 ctx.rip = rec.target;
                 emulate_cpuid(ctx);
+            }
+            ExitKind::ClientRequest => {
+                ctx.rip = rec.target;
+                crate::clientreq::handle(ctx, &mut core());
             }
             ExitKind::Trap { signal, next: _ } => {
                 ctx.rip = rec.target;

@@ -117,6 +117,11 @@ fn decode_block(guest: u64, buf: &[u8], opts: &TranslateOptions) -> (Vec<Instruc
             }
             return (insns, BlockEnd::FallThrough(next));
         }
+        let at = (next - guest) as usize;
+        if let Some(req) = crate::clientreq::recognise(buf, at, next) {
+            insns.push(req);
+            return (insns, BlockEnd::Control);
+        }
         let insn = decoder.decode();
         if insn.is_invalid() {
             if decoder.last_error() == DecoderError::NoMoreBytes && !insns.is_empty() {
@@ -446,6 +451,7 @@ fn uses_register(insn: &Instruction, r: Register) -> bool {
 /// Translates the guest block at `guest` and records it in `cache`; returns its host address.
 pub fn translate(
     cache: &mut CodeCache,
+    tool: &mut dyn crate::tool::Tool,
     guest: u64,
     opts: &TranslateOptions,
 ) -> Result<u64, TranslateError> {
@@ -461,7 +467,9 @@ pub fn translate(
             });
         }
     }
-    let bound = 256 + insns.iter().map(|i| i.len() as u64 + 160).sum::<u64>();
+    let mut plan = crate::instrument::plan_block(&insns, tool);
+    let bound =
+        256 + plan.code_bound() + insns.iter().map(|i| i.len() as u64 + 160).sum::<u64>();
     let host = cache
         .reserve(guest, bound)
         .ok_or(TranslateError::CacheFull)?;
@@ -473,13 +481,18 @@ pub fn translate(
     };
     let internal = |what: String| TranslateError::Internal { addr: guest, what };
     let mut guest_end = guest;
-    for insn in &insns {
+    for (i, insn) in insns.iter().enumerate() {
         guest_end = insn.next_ip();
         let bytes = &buf[(insn.ip() - guest) as usize..(insn.next_ip() - guest) as usize];
-        emit_insn(&mut em, insn, bytes).map_err(|what| TranslateError::Internal {
+        let failed = |what: String| TranslateError::Internal {
             addr: insn.ip(),
             what: format!("{what} (`{}`)", insn_text(insn)),
-        })?;
+        };
+        plan.emit_before(&mut em.ops, host, i).map_err(failed)?;
+        if plan.emit_rep(&mut em.ops, host, i, bytes).map_err(failed)? {
+            continue;
+        }
+        emit_insn(&mut em, insn, bytes).map_err(failed)?;
     }
     match end {
         BlockEnd::FallThrough(next) => em.jmp_exit(ExitKind::Direct, next),
@@ -489,6 +502,7 @@ pub fn translate(
             em.jmp_exit(ExitKind::Trap { signal, next }, addr);
         }
     }
+    plan.emit_slow_paths(&mut em.ops);
     em.stubs();
     let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
     let len = code.len() as u64;
@@ -542,6 +556,10 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
         }
         Code::Cpuid => {
             em.jmp_exit(ExitKind::Cpuid, next);
+            return Ok(());
+        }
+        _ if crate::clientreq::is_request(insn) => {
+            em.jmp_exit(ExitKind::ClientRequest, next);
             return Ok(());
         }
         _ => {}

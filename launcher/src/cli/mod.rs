@@ -23,6 +23,8 @@ pub struct Settings {
     pub single_step: bool,
     pub chaining: bool,
     pub stats: bool,
+    /// Tool options (`--name`, value), checked by the tool once it is chosen.
+    pub tool_options: Vec<(String, String)>,
     /// The options exactly as given, to run rgrind again on exec'd programs.
     pub raw_options: Vec<OsString>,
     pub program: OsString,
@@ -187,6 +189,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
         single_step: false,
         chaining: true,
         stats: false,
+        tool_options: Vec::new(),
         raw_options: Vec::new(),
         program: OsString::new(),
         program_args: Vec::new(),
@@ -209,6 +212,11 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             None => (arg.as_str(), None),
         };
         let Some(opt) = OPTIONS.iter().find(|o| o.name == name) else {
+            if let (true, Some(v)) = (crate::tools::is_tool_option(name), value) {
+                s.tool_options.push((name.to_string(), v.to_string()));
+                s.raw_options.push(args[i - 1].clone());
+                continue;
+            }
             return Err(CliError::Unknown(arg.clone()));
         };
         let flag_ok = matches!(opt.kind, Kind::Flag) == value.is_none();
@@ -242,6 +250,11 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             ))
         }
     };
+    for (n, v) in &s.tool_options {
+        if !crate::tools::tool_accepts(s.tool, n) {
+            return Err(CliError::Unknown(format!("{n}={v}")));
+        }
+    }
     if i >= args.len() {
         return Err(CliError::NoProgram);
     }
