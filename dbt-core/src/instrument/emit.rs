@@ -539,7 +539,8 @@ fn effective_address(a: &mut Asm, acc: &MemAccess, offset: i32) -> Result<(), St
         let index = if acc.vsib { Register::None } else { acc.index };
         let d = displ as i64;
         let (disp, dsize) = if i32::try_from(d).is_ok() {
-            (d, if i8::try_from(d).is_ok() { 1 } else { 4 })
+            // 1: the encoder picks the smallest displacement that fits.
+            (d, 1)
         } else {
             (0, 0)
         };
