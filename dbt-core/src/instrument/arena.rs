@@ -13,12 +13,14 @@ use std::sync::Mutex;
 
 /// Bytes per arena chunk (address space only; pages are touched on use).
 const CHUNK: u64 = 16 << 20;
-/// A chunk serves blocks within this distance of its start.
-const NEAR: u64 = 256 << 20;
+/// A chunk serves translations within this distance of its start (rel32 reach with margin).
+const NEAR: u64 = 1 << 30;
 
 struct Chunk {
     base: u64,
     used: u64,
+    /// Not near any translation: reached with absolute addresses.
+    far: bool,
 }
 
 #[derive(Default)]
@@ -51,9 +53,9 @@ fn map(hint: u64, extra: i32) -> Option<u64> {
     Some(p as u64)
 }
 
-fn new_chunk(near: u64) -> Option<u64> {
+fn new_near_chunk(near: u64) -> Option<u64> {
     let page = near & !0xffff;
-    for k in 1..(NEAR / CHUNK) {
+    for k in 0..(NEAR / CHUNK) {
         let d = k * CHUNK;
         for c in [page.wrapping_add(d), page.wrapping_sub(d + CHUNK)] {
             if !(0x10000..0x7fff_0000_0000).contains(&c) {
@@ -64,34 +66,51 @@ fn new_chunk(near: u64) -> Option<u64> {
             }
         }
     }
-    map(0, 0)
+    None
 }
 
-/// The cost array for the guest block `[start, end)` with `n` entries.
-pub fn cost_array(start: u64, end: u64, n: usize) -> *mut u64 {
+/// The cost array for the guest block `[start, end)` with `n` entries, placed near the host
+/// address `host` when first created.
+pub fn cost_array(start: u64, end: u64, n: usize, host: u64) -> *mut u64 {
     let mut guard = ARENA.lock().unwrap_or_else(|p| p.into_inner());
     let a = guard.get_or_insert_with(Arena::default);
     if let Some(&p) = a.arrays.get(&(start, end, n)) {
         return p as *mut u64;
     }
     let bytes = ((n.max(1) * 8) as u64 + 63) & !63;
-    let found = a
+    let fits = |c: &Chunk| CHUNK - c.used >= bytes;
+    let near = a
         .chunks
-        .iter_mut()
-        .find(|c| c.base.abs_diff(start) < NEAR && CHUNK - c.used >= bytes);
+        .iter()
+        .position(|c| !c.far && c.base.abs_diff(host) < NEAR && fits(c));
+    let i = near
+        .or_else(|| {
+            let base = new_near_chunk(host)?;
+            a.chunks.push(Chunk {
+                base,
+                used: 0,
+                far: false,
+            });
+            Some(a.chunks.len() - 1)
+        })
+        .or_else(|| a.chunks.iter().position(|c| c.far && fits(c)))
+        .or_else(|| {
+            let base = map(0, 0)?;
+            a.chunks.push(Chunk {
+                base,
+                used: 0,
+                far: true,
+            });
+            Some(a.chunks.len() - 1)
+        });
+    let found = i.map(|i| &mut a.chunks[i]);
     let p = match found {
         Some(c) => {
             let p = c.base + c.used;
             c.used += bytes;
             p
         }
-        None => {
-            let Some(base) = new_chunk(start) else {
-                crate::core_state::fatal("cannot map memory for cost arrays");
-            };
-            a.chunks.push(Chunk { base, used: bytes });
-            base
-        }
+        None => crate::core_state::fatal("cannot map memory for cost arrays"),
     };
     a.arrays.insert((start, end, n), p);
     p as *mut u64

@@ -182,20 +182,23 @@ unsafe impl Send for Op {}
 pub struct Instrumenter {
     pub(crate) ops: Vec<Op>,
     key: (u64, u64),
+    /// Where the translation will go (cost arrays are placed near it).
+    host: u64,
 }
 
 impl Instrumenter {
-    pub(crate) fn new(start: u64, end: u64) -> Self {
+    pub(crate) fn new(start: u64, end: u64, host: u64) -> Self {
         Self {
             ops: Vec::new(),
             key: (start, end),
+            host,
         }
     }
 
     /// The block's cost array of `n` zeroed `u64`s; the same array is returned when the same
     /// guest block (start and end) is translated again. Valid for the rest of the process.
     pub fn cost_array(&mut self, n: usize) -> *mut u64 {
-        arena::cost_array(self.key.0, self.key.1, n)
+        arena::cost_array(self.key.0, self.key.1, n, self.host)
     }
 
     /// Adds 1 to `*counter` each time the block runs.
@@ -410,11 +413,15 @@ pub(crate) fn flags_liveness(view: &BlockView) -> Vec<bool> {
 }
 
 /// Asks `tool` to instrument the decoded block and returns what to emit.
-pub(crate) fn plan_block(insns: &[Instruction], tool: &mut dyn crate::tool::Tool) -> emit::Plan {
+pub(crate) fn plan_block(
+    insns: &[Instruction],
+    tool: &mut dyn crate::tool::Tool,
+    host: u64,
+) -> emit::Plan {
     let crs: Vec<bool> = insns.iter().map(crate::clientreq::is_request).collect();
     let mut factory = InstructionInfoFactory::new();
     let view = block_view(insns, &crs, &mut factory);
-    let mut ins = Instrumenter::new(view.start, view.end);
+    let mut ins = Instrumenter::new(view.start, view.end, host);
     if !insns.is_empty() {
         tool.instrument(&view, &mut ins);
     }

@@ -467,7 +467,8 @@ pub fn translate(
             });
         }
     }
-    let mut plan = crate::instrument::plan_block(&insns, tool);
+    let near = cache.reserve(guest, 4096).ok_or(TranslateError::CacheFull)?;
+    let mut plan = crate::instrument::plan_block(&insns, tool, near);
     let bound =
         256 + plan.code_bound() + insns.iter().map(|i| i.len() as u64 + 160).sum::<u64>();
     let host = cache
