@@ -82,4 +82,3 @@ fn tiny_data_and_branch_events() {
         assert!(err.contains(want), "missing {want:?}\n{}", o.describe());
     }
 }
-
