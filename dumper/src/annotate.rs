@@ -68,7 +68,10 @@ pub fn read_profile(path: &Path) -> Result<AnyProfile, DumpError> {
 /// Per-function totals as `callgrind_annotate` computes them, keyed by (file, function).
 /// With `inclusive`, a called function's total is the sum of the inclusive costs of the
 /// calls into it; functions never called keep self plus call costs.
-pub fn callgrind_function_totals(part: &ClPart, inclusive: bool) -> BTreeMap<(String, String), Vec<u64>> {
+pub fn callgrind_function_totals(
+    part: &ClPart,
+    inclusive: bool,
+) -> BTreeMap<(String, String), Vec<u64>> {
     let n = part.header.events.len();
     let mut fn_totals: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
     let mut cfn_totals: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
@@ -88,8 +91,14 @@ pub fn callgrind_function_totals(part: &ClPart, inclusive: bool) -> BTreeMap<(St
                     inclusive: incl,
                     ..
                 } => {
-                    let callee = (cfi.clone().unwrap_or_else(|| file.clone()), cfn.name.clone());
-                    crate::cachegrind::add_into(cfn_totals.entry(callee).or_insert_with(|| vec![0; n]), incl);
+                    let callee = (
+                        cfi.clone().unwrap_or_else(|| file.clone()),
+                        cfn.name.clone(),
+                    );
+                    crate::cachegrind::add_into(
+                        cfn_totals.entry(callee).or_insert_with(|| vec![0; n]),
+                        incl,
+                    );
                     let t = fn_totals
                         .entry((file.clone(), f.name.name.clone()))
                         .or_insert_with(|| vec![0; n]);
@@ -147,7 +156,13 @@ fn parse_bool(opt: &str, v: &str) -> Result<bool, DumpError> {
     }
 }
 
-fn table(out: &mut dyn Write, events: &[String], totals: &[u64], rows: &[(String, Vec<u64>)], threshold: f64) -> std::io::Result<()> {
+fn table(
+    out: &mut dyn Write,
+    events: &[String],
+    totals: &[u64],
+    rows: &[(String, Vec<u64>)],
+    threshold: f64,
+) -> std::io::Result<()> {
     let dash = "-".repeat(80);
     writeln!(out, "{dash}")?;
     let cells = |c: &[u64]| -> Vec<String> {
@@ -157,14 +172,21 @@ fn table(out: &mut dyn Write, events: &[String], totals: &[u64], rows: &[(String
                 if x == 0 {
                     "0".to_string()
                 } else {
-                    let pct = if t == 0 { 0.0 } else { 100.0 * x as f64 / t as f64 };
+                    let pct = if t == 0 {
+                        0.0
+                    } else {
+                        100.0 * x as f64 / t as f64
+                    };
                     format!("{} ({pct:5.2}%)", commify(x))
                 }
             })
             .collect()
     };
     let mut widths: Vec<usize> = events.iter().map(String::len).collect();
-    let tot_cells: Vec<String> = totals.iter().map(|&t| format!("{} (100.0%)", commify(t))).collect();
+    let tot_cells: Vec<String> = totals
+        .iter()
+        .map(|&t| format!("{} (100.0%)", commify(t)))
+        .collect();
     let shown: Vec<(Vec<String>, &String)> = rows
         .iter()
         .filter(|(_, c)| {
@@ -257,7 +279,14 @@ fn annotate(out: &mut dyn Write, path: &Path, o: &AnnotateOpts) -> Result<(), Du
             writeln!(out, "Data file:        {}", path.display()).map_err(w)?;
             writeln!(out, "Events recorded:  {}", p.events.join(" ")).map_err(w)?;
             writeln!(out).map_err(w)?;
-            table(out, &p.events, &totals, &sorted_rows(p.function_totals()), o.threshold).map_err(w)?;
+            table(
+                out,
+                &p.events,
+                &totals,
+                &sorted_rows(p.function_totals()),
+                o.threshold,
+            )
+            .map_err(w)?;
             if o.auto {
                 let mut per_file: BTreeMap<String, BTreeMap<u64, Vec<u64>>> = BTreeMap::new();
                 for ((fl, _), lines) in &p.records {
@@ -357,13 +386,22 @@ fn diff(out: &mut dyn Write, a: &Path, b: &Path) -> Result<(), DumpError> {
                     }
                 }
             }
-            writeln!(out, "desc: Files compared:   {}; {}", a.display(), b.display()).map_err(w)?;
+            writeln!(
+                out,
+                "desc: Files compared:   {}; {}",
+                a.display(),
+                b.display()
+            )
+            .map_err(w)?;
             writeln!(out, "cmd: {}; {}", x.cmd, y.cmd).map_err(w)?;
             writeln!(out, "events: {}", x.events.join(" ")).map_err(w)?;
             let mut total = vec![0i128; x.events.len()];
             let mut cur_fl = None;
             for ((fl, f), lines) in &keys {
-                let nonzero: Vec<_> = lines.iter().filter(|(_, c)| c.iter().any(|&v| v != 0)).collect();
+                let nonzero: Vec<_> = lines
+                    .iter()
+                    .filter(|(_, c)| c.iter().any(|&v| v != 0))
+                    .collect();
                 if nonzero.is_empty() {
                     continue;
                 }
@@ -399,7 +437,10 @@ fn diff(out: &mut dyn Write, a: &Path, b: &Path) -> Result<(), DumpError> {
                 let mut m: BTreeMap<(String, String), Vec<u64>> = BTreeMap::new();
                 for p in parts {
                     for (k, v) in callgrind_function_totals(p, false) {
-                        crate::cachegrind::add_into(m.entry(k).or_insert_with(|| vec![0; v.len()]), &v);
+                        crate::cachegrind::add_into(
+                            m.entry(k).or_insert_with(|| vec![0; v.len()]),
+                            &v,
+                        );
                     }
                 }
                 m
@@ -420,12 +461,21 @@ fn diff(out: &mut dyn Write, a: &Path, b: &Path) -> Result<(), DumpError> {
         .into_iter()
         .map(|k| {
             let (va, vb) = (ta.get(k).unwrap_or(&zero), tb.get(k).unwrap_or(&zero));
-            let d: Vec<i128> = va.iter().zip(vb).map(|(x, y)| i128::from(*y) - i128::from(*x)).collect();
+            let d: Vec<i128> = va
+                .iter()
+                .zip(vb)
+                .map(|(x, y)| i128::from(*y) - i128::from(*x))
+                .collect();
             (d, format!("{}:{}", k.0, k.1))
         })
         .filter(|(d, _)| d.iter().any(|&x| x != 0))
         .collect();
-    rows.sort_by(|p, q| q.0.first().map(|v| v.abs()).cmp(&p.0.first().map(|v| v.abs())).then(p.1.cmp(&q.1)));
+    rows.sort_by(|p, q| {
+        q.0.first()
+            .map(|v| v.abs())
+            .cmp(&p.0.first().map(|v| v.abs()))
+            .then(p.1.cmp(&q.1))
+    });
     writeln!(out, "{}  file:function", ev.join(" ")).map_err(w)?;
     for (d, name) in rows {
         let cells: Vec<String> = d.into_iter().map(commify_signed).collect();
@@ -442,13 +492,18 @@ fn merge(out: &mut dyn Write, files: &[&Path]) -> Result<(), DumpError> {
         match read_profile(f)? {
             AnyProfile::Cachegrind(p) => {
                 if cl.is_some() {
-                    return Err(DumpError::Usage("cannot merge Cachegrind and Callgrind files".into()));
+                    return Err(DumpError::Usage(
+                        "cannot merge Cachegrind and Callgrind files".into(),
+                    ));
                 }
                 match &mut cg {
                     None => cg = Some(p),
                     Some(acc) => {
                         if acc.events != p.events {
-                            return Err(DumpError::Usage(format!("events of '{}' differ", f.display())));
+                            return Err(DumpError::Usage(format!(
+                                "events of '{}' differ",
+                                f.display()
+                            )));
                         }
                         for (k, lines) in p.records {
                             let dst = acc.records.entry(k).or_default();
@@ -462,7 +517,9 @@ fn merge(out: &mut dyn Write, files: &[&Path]) -> Result<(), DumpError> {
             }
             AnyProfile::Callgrind(parts) => {
                 if cg.is_some() {
-                    return Err(DumpError::Usage("cannot merge Cachegrind and Callgrind files".into()));
+                    return Err(DumpError::Usage(
+                        "cannot merge Cachegrind and Callgrind files".into(),
+                    ));
                 }
                 for mut p in parts {
                     // Ids from different files collide: let the writer renumber by name.
@@ -486,14 +543,19 @@ fn merge(out: &mut dyn Write, files: &[&Path]) -> Result<(), DumpError> {
                             cl = Some(p);
                         }
                         Some(acc) => {
-                            if acc.header.events != p.header.events || acc.header.positions != p.header.positions {
+                            if acc.header.events != p.header.events
+                                || acc.header.positions != p.header.positions
+                            {
                                 return Err(DumpError::Usage(format!(
                                     "events or positions of '{}' differ",
                                     f.display()
                                 )));
                             }
                             acc.functions.extend(p.functions);
-                            for slot in [&mut acc.header.summary, &mut acc.header.totals].into_iter().flatten() {
+                            for slot in [&mut acc.header.summary, &mut acc.header.totals]
+                                .into_iter()
+                                .flatten()
+                            {
                                 crate::cachegrind::add_into(slot, &t);
                             }
                         }
@@ -519,8 +581,15 @@ pub fn run_subcommand(name: &str, args: &[OsString]) -> Result<i32, DumpError> {
 }
 
 /// [`run_subcommand`] with an explicit output (for tests and embedding).
-pub fn run_subcommand_to(name: &str, args: &[OsString], out: &mut dyn Write) -> Result<i32, DumpError> {
-    let args: Vec<String> = args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+pub fn run_subcommand_to(
+    name: &str,
+    args: &[OsString],
+    out: &mut dyn Write,
+) -> Result<i32, DumpError> {
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     match name {
         "annotate" => {
             let mut o = AnnotateOpts {
@@ -532,7 +601,10 @@ pub fn run_subcommand_to(name: &str, args: &[OsString], out: &mut dyn Write) -> 
             for a in &args {
                 if let Some(v) = a.strip_prefix("--inclusive=") {
                     o.inclusive = parse_bool("--inclusive", v)?;
-                } else if let Some(v) = a.strip_prefix("--auto=").or_else(|| a.strip_prefix("--annotate=")) {
+                } else if let Some(v) = a
+                    .strip_prefix("--auto=")
+                    .or_else(|| a.strip_prefix("--annotate="))
+                {
                     o.auto = parse_bool("--auto", v)?;
                 } else if let Some(v) = a.strip_prefix("--threshold=") {
                     o.threshold = v
@@ -567,7 +639,10 @@ pub fn run_subcommand_to(name: &str, args: &[OsString], out: &mut dyn Write) -> 
             let mut it = args.iter();
             while let Some(a) = it.next() {
                 if a == "-o" {
-                    outfile = Some(it.next().ok_or_else(|| DumpError::Usage("merge: -o needs a file name".into()))?);
+                    outfile =
+                        Some(it.next().ok_or_else(|| {
+                            DumpError::Usage("merge: -o needs a file name".into())
+                        })?);
                 } else if let Some(v) = a.strip_prefix("--out=") {
                     outfile = Some(v);
                 } else {
@@ -575,7 +650,9 @@ pub fn run_subcommand_to(name: &str, args: &[OsString], out: &mut dyn Write) -> 
                 }
             }
             if files.is_empty() {
-                return Err(DumpError::Usage("usage: rgrind merge [-o OUT] FILE...".into()));
+                return Err(DumpError::Usage(
+                    "usage: rgrind merge [-o OUT] FILE...".into(),
+                ));
             }
             match outfile {
                 Some(o) => {

@@ -241,6 +241,9 @@ mod tests {
         );
         assert_eq!(callgrind_dump_name("c.out.5", Some(2), None), "c.out.5.2");
         assert_eq!(callgrind_dump_name("c.out.5", None, Some(1)), "c.out.5-01");
-        assert_eq!(callgrind_dump_name("c.out.5", Some(3), Some(12)), "c.out.5.3-12");
+        assert_eq!(
+            callgrind_dump_name("c.out.5", Some(3), Some(12)),
+            "c.out.5.3-12"
+        );
     }
 }

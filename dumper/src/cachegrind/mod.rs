@@ -90,7 +90,9 @@ impl CgProfile {
             }
             let loc = sym.lookup_fast(addr);
             let key = match &last {
-                Some((f, g)) if f == loc.file_name() && g == loc.fn_name() => (f.clone(), g.clone()),
+                Some((f, g)) if f == loc.file_name() && g == loc.fn_name() => {
+                    (f.clone(), g.clone())
+                }
                 _ => (loc.file_name().to_string(), loc.fn_name().to_string()),
             };
             last = Some(key.clone());

@@ -47,19 +47,29 @@ pub fn parse_cachegrind(path: &str, text: &str) -> Result<CgProfile, DumpError> 
                 return Err(DumpError::parse(
                     path,
                     lno,
-                    format!("expected 'desc:', 'cmd:' or 'events:', found '{}'", clip(line)),
+                    format!(
+                        "expected 'desc:', 'cmd:' or 'events:', found '{}'",
+                        clip(line)
+                    ),
                 ));
             }
             continue;
         }
         if p.summary.is_some() {
-            return Err(DumpError::parse(path, lno, "data after the 'summary:' line"));
+            return Err(DumpError::parse(
+                path,
+                lno,
+                "data after the 'summary:' line",
+            ));
         }
         if let Some(f) = line.strip_prefix("fl=") {
             file = Some(f.to_string());
             fn_file = Some(f.to_string());
             func = None;
-        } else if let Some(f) = line.strip_prefix("fi=").or_else(|| line.strip_prefix("fe=")) {
+        } else if let Some(f) = line
+            .strip_prefix("fi=")
+            .or_else(|| line.strip_prefix("fe="))
+        {
             if func.is_none() {
                 return Err(DumpError::parse(path, lno, "'fi='/'fe=' before any 'fn='"));
             }
@@ -76,7 +86,11 @@ pub fn parse_cachegrind(path: &str, text: &str) -> Result<CgProfile, DumpError> 
                 return Err(DumpError::parse(
                     path,
                     lno,
-                    format!("'summary:' has {} counts but there are {} events", v.len(), p.events.len()),
+                    format!(
+                        "'summary:' has {} counts but there are {} events",
+                        v.len(),
+                        p.events.len()
+                    ),
                 ));
             }
             let mut full = vec![0; p.events.len()];
@@ -84,19 +98,27 @@ pub fn parse_cachegrind(path: &str, text: &str) -> Result<CgProfile, DumpError> 
             p.summary = Some(full);
         } else if line.as_bytes()[0].is_ascii_digit() {
             let (Some(fl), Some(f)) = (&file, &func) else {
-                return Err(DumpError::parse(path, lno, "count line before 'fl=' and 'fn='"));
+                return Err(DumpError::parse(
+                    path,
+                    lno,
+                    "count line before 'fl=' and 'fn='",
+                ));
             };
             let mut it = line.split_whitespace();
             let ln = it.next().unwrap_or("");
-            let ln: u32 = ln
-                .parse()
-                .map_err(|_| DumpError::parse(path, lno, format!("bad line number '{}'", clip(ln))))?;
+            let ln: u32 = ln.parse().map_err(|_| {
+                DumpError::parse(path, lno, format!("bad line number '{}'", clip(ln)))
+            })?;
             let rest: Vec<&str> = it.collect();
             if rest.len() > p.events.len() {
                 return Err(DumpError::parse(
                     path,
                     lno,
-                    format!("{} counts but there are {} events", rest.len(), p.events.len()),
+                    format!(
+                        "{} counts but there are {} events",
+                        rest.len(),
+                        p.events.len()
+                    ),
                 ));
             }
             let mut c = vec![0u64; p.events.len()];
@@ -119,7 +141,11 @@ pub fn parse_cachegrind(path: &str, text: &str) -> Result<CgProfile, DumpError> 
         }
     }
     if !have_events {
-        return Err(DumpError::parse(path, text.lines().count().max(1), "missing 'events:' line"));
+        return Err(DumpError::parse(
+            path,
+            text.lines().count().max(1),
+            "missing 'events:' line",
+        ));
     }
     Ok(p)
 }
@@ -138,5 +164,7 @@ pub(crate) fn parse_u64(path: &str, lno: usize, tok: &str) -> Result<u64, DumpEr
 }
 
 pub(crate) fn parse_counts(path: &str, lno: usize, s: &str) -> Result<Vec<u64>, DumpError> {
-    s.split_whitespace().map(|t| parse_u64(path, lno, t)).collect()
+    s.split_whitespace()
+        .map(|t| parse_u64(path, lno, t))
+        .collect()
 }

@@ -18,7 +18,12 @@ pub(super) fn write(p: &CgProfile, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(out, "cmd: {}", p.cmd)?;
     let ev = p.events.join(" ");
     // Cachegrind 3.19 writes the cache-only variant with a trailing space.
-    let trailing = if p.events.iter().map(String::as_str).eq(EVENTS_CACHE.iter().copied()) {
+    let trailing = if p
+        .events
+        .iter()
+        .map(String::as_str)
+        .eq(EVENTS_CACHE.iter().copied())
+    {
         " "
     } else {
         ""

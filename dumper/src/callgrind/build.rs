@@ -128,7 +128,10 @@ pub fn callgrind_header(
     for (name, v) in ["I1", "D1", "LL"].iter().zip(cache_desc) {
         desc.push(format!("{name} cache: {v}"));
     }
-    desc.push(format!("Timerange: Basic block {} - {}", timerange.0, timerange.1));
+    desc.push(format!(
+        "Timerange: Basic block {} - {}",
+        timerange.0, timerange.1
+    ));
     desc.push(format!("Trigger: {trigger}"));
     ClHeader {
         creator: Some("callgrind-3.19.0".into()),
@@ -218,7 +221,9 @@ impl CallgrindData {
         };
         let kinds = header.positions.clone();
         let nctx = self.contexts.len();
-        let bad_ctx = |c: usize| DumpError::Invalid(format!("context index {c} out of range ({nctx} contexts)"));
+        let bad_ctx = |c: usize| {
+            DumpError::Invalid(format!("context index {c} out of range ({nctx} contexts)"))
+        };
         // Context bases and function identities.
         let mut bases = Vec::with_capacity(nctx);
         let mut next = 0u64;
@@ -281,7 +286,11 @@ impl CallgrindData {
                     c.len()
                 )));
             }
-            blocks.entry((*ctx, *rec)).or_default().instrs.insert(*addr, Some(c));
+            blocks
+                .entry((*ctx, *rec))
+                .or_default()
+                .instrs
+                .insert(*addr, Some(c));
         }
         for a in &self.calls {
             if a.from_ctx >= nctx || a.to_ctx >= nctx {
@@ -332,7 +341,8 @@ impl CallgrindData {
             let mut entries: Vec<ClEntry> = Vec::new();
             // Pending merged cost line: (file, pos, costs).
             let mut run: Option<(String, Vec<u64>, Vec<u64>)> = None;
-            let flush = |run: &mut Option<(String, Vec<u64>, Vec<u64>)>, entries: &mut Vec<ClEntry>| {
+            let flush = |run: &mut Option<(String, Vec<u64>, Vec<u64>)>,
+                         entries: &mut Vec<ClEntry>| {
                 if let Some((file, pos, costs)) = run.take() {
                     entries.push(ClEntry::Cost { file, pos, costs });
                 }

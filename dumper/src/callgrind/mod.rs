@@ -217,7 +217,11 @@ impl ClPart {
     }
 
     /// Writes this part.
-    pub fn write_to(&self, out: &mut dyn std::io::Write, opts: WriteOptions) -> std::io::Result<()> {
+    pub fn write_to(
+        &self,
+        out: &mut dyn std::io::Write,
+        opts: WriteOptions,
+    ) -> std::io::Result<()> {
         writer::write_part(self, out, opts)
     }
 
@@ -230,7 +234,11 @@ impl ClPart {
     }
 
     /// Writes this part to `path` (created or truncated).
-    pub fn write_file(&self, path: &std::path::Path, opts: WriteOptions) -> Result<(), crate::DumpError> {
+    pub fn write_file(
+        &self,
+        path: &std::path::Path,
+        opts: WriteOptions,
+    ) -> Result<(), crate::DumpError> {
         let name = path.display().to_string();
         let f = std::fs::File::create(path).map_err(|e| crate::DumpError::write(&name, e))?;
         let mut w = std::io::BufWriter::new(f);

@@ -92,7 +92,11 @@ pub fn parse_callgrind(path: &str, text: &str) -> Result<Vec<ClPart>, DumpError>
     }
     for p in &r.parts {
         if p.header.events.is_empty() {
-            return Err(DumpError::parse(path, r.lno.max(1), "missing 'events:' line"));
+            return Err(DumpError::parse(
+                path,
+                r.lno.max(1),
+                "missing 'events:' line",
+            ));
         }
     }
     Ok(r.parts)
@@ -176,7 +180,12 @@ impl Reader<'_> {
         }
     }
 
-    fn positions(&self, toks: &[&str], update: bool, last: &mut Vec<u64>) -> Result<Vec<u64>, DumpError> {
+    fn positions(
+        &self,
+        toks: &[&str],
+        update: bool,
+        last: &mut Vec<u64>,
+    ) -> Result<Vec<u64>, DumpError> {
         let kinds = self.parts.last().map_or(1, |p| p.header.positions.len());
         if toks.len() < kinds {
             return Err(self.err(format!("expected {kinds} position(s)")));
@@ -248,7 +257,11 @@ impl Reader<'_> {
             "version" => {
                 self.maybe_new_part();
                 let v = val.trim();
-                if v.split('.').next().and_then(|m| m.parse::<u64>().ok()).is_none_or(|m| m >= 2) {
+                if v.split('.')
+                    .next()
+                    .and_then(|m| m.parse::<u64>().ok())
+                    .is_none_or(|m| m >= 2)
+                {
                     return Err(self.err(format!("unsupported format version '{}'", clip(v))));
                 }
                 self.header().version = v.to_string();
@@ -478,7 +491,10 @@ impl Reader<'_> {
             Pending::Call { count, target } => {
                 let cob = self.cob.take().or_else(|| self.ob.clone());
                 let cfi = self.cfi.take().or_else(|| Some(file.clone()));
-                let cfn = self.cfn.take().ok_or_else(|| self.err("call without 'cfn='"))?;
+                let cfn = self
+                    .cfn
+                    .take()
+                    .ok_or_else(|| self.err("call without 'cfn='"))?;
                 ClEntry::Call {
                     file,
                     cob,

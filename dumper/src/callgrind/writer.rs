@@ -55,7 +55,13 @@ impl Names {
         if !self.compress {
             return name.to_string();
         }
-        Self::file_like(&mut self.ob, &mut self.ob_defined, &mut self.next_ob, name.to_string(), name)
+        Self::file_like(
+            &mut self.ob,
+            &mut self.ob_defined,
+            &mut self.next_ob,
+            name.to_string(),
+            name,
+        )
     }
 
     /// File ids are per (object, file), as Callgrind's file nodes are.
@@ -64,7 +70,13 @@ impl Names {
             return name.to_string();
         }
         let key = fl_key(ob.map_or("", String::as_str), name);
-        Self::file_like(&mut self.fl, &mut self.fl_defined, &mut self.next_fl, key, name)
+        Self::file_like(
+            &mut self.fl,
+            &mut self.fl_defined,
+            &mut self.next_fl,
+            key,
+            name,
+        )
     }
 
     fn func(&mut self, f: &FnName) -> String {
@@ -137,7 +149,11 @@ fn join(v: &[u64]) -> String {
     v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
 }
 
-pub(super) fn write_part(p: &ClPart, out: &mut dyn Write, opts: WriteOptions) -> std::io::Result<()> {
+pub(super) fn write_part(
+    p: &ClPart,
+    out: &mut dyn Write,
+    opts: WriteOptions,
+) -> std::io::Result<()> {
     let h = &p.header;
     let mut s = String::new();
     s.push_str("# callgrind format\n");
@@ -234,7 +250,9 @@ pub(super) fn write_part(p: &ClPart, out: &mut dyn Write, opts: WriteOptions) ->
         let mut cur_file = f.file.clone();
         for e in &f.entries {
             let file = match e {
-                ClEntry::Cost { file, .. } | ClEntry::Call { file, .. } | ClEntry::Jump { file, .. } => file,
+                ClEntry::Cost { file, .. }
+                | ClEntry::Call { file, .. }
+                | ClEntry::Jump { file, .. } => file,
             };
             if *file != cur_file {
                 let key = if *file == f.file { "fe" } else { "fi" };

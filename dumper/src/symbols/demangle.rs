@@ -88,10 +88,19 @@ mod tests {
                 "_ZN2ns4workERKSt6vectorIiSaIiEE",
                 "ns::work(std::vector<int, std::allocator<int> > const&)",
             ),
-            ("_ZN1m5inner7compute17h0123456789abcdefE", "m::inner::compute"),
+            (
+                "_ZN1m5inner7compute17h0123456789abcdefE",
+                "m::inner::compute",
+            ),
             ("_RNvNtCs1234_1m5inner7compute", "m::inner::compute"),
-            ("__libc_start_main@@GLIBC_2.34", "__libc_start_main@@GLIBC_2.34"),
-            ("_ZNSt8ios_base4InitC1Ev@@GLIBCXX_3.4", "std::ios_base::Init::Init()@@GLIBCXX_3.4"),
+            (
+                "__libc_start_main@@GLIBC_2.34",
+                "__libc_start_main@@GLIBC_2.34",
+            ),
+            (
+                "_ZNSt8ios_base4InitC1Ev@@GLIBCXX_3.4",
+                "std::ios_base::Init::Init()@@GLIBCXX_3.4",
+            ),
             ("_Z", "_Z"),
         ];
         for (raw, want) in cases {

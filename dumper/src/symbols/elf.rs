@@ -1,9 +1,10 @@
 //! Per-module symbol, section and line tables, built once from an ELF image and its DWARF.
 //!
-//! Symbols come from `.dynsym` (with symbol versions, `@@VER` for the default version and
-//! `@VER` for hidden ones) and `.symtab` of the image and of its separate debug file
+//! Symbols come from `.dynsym` and `.symtab` of the image and of its separate debug file
 //! (`/usr/lib/debug/.build-id/xx/rest.debug` or `.gnu_debuglink`). Aliases at one address are
-//! resolved with Valgrind's `preferName` rule. Line rows come from the DWARF line programs,
+//! resolved with Valgrind's `preferName` rule. Like Valgrind, version suffixes are not taken
+//! from `.gnu.version`: a name such as `__libc_start_main@@GLIBC_2.34` is a literal `.symtab`
+//! name (made by `.symver`). Line rows come from the DWARF line programs,
 //! with file names built as Valgrind builds them (`dir/name`, no normalisation).
 //!
 //! # Invariants
@@ -18,7 +19,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use object::read::elf::ElfFile64;
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind as ObjSectionKind, SymbolKind};
 
 use crate::error::DumpError;
@@ -113,7 +113,6 @@ impl ModuleTables {
         let mut sections = Vec::new();
         collect_sections(&file, &mut sections);
         collect_symbols(&file, &mut named);
-        collect_dynsym_versions(data, &mut named);
 
         let mut debug_data: Option<Vec<u8>> = None;
         if look_for_debug {
@@ -181,11 +180,7 @@ impl ModuleTables {
     pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
         let idx = self.syms.partition_point(|s| s.start <= addr);
         // Nested symbols are rare; look back a few entries for one that contains addr.
-        self.syms[..idx]
-            .iter()
-            .rev()
-            .take(8)
-            .find(|s| addr < s.end)
+        self.syms[..idx].iter().rev().take(8).find(|s| addr < s.end)
     }
 
     /// The (file id, line) of `addr`, if the line table covers it.
@@ -215,10 +210,11 @@ impl ModuleTables {
             return out;
         };
         while let Ok(Some(f)) = frames.next() {
-            let function = f
-                .function
-                .as_ref()
-                .and_then(|n| n.raw_name().ok().map(|s| super::demangle::demangle(s.as_ref())));
+            let function = f.function.as_ref().and_then(|n| {
+                n.raw_name()
+                    .ok()
+                    .map(|s| super::demangle::demangle(s.as_ref()))
+            });
             let (file, line) = match &f.location {
                 Some(l) => (l.file.map(str::to_string), l.line.unwrap_or(0)),
                 None => (None, 0),
@@ -282,48 +278,6 @@ fn add_name(named: &mut HashMap<u64, (u64, Arc<str>)>, addr: u64, size: u64, nam
         None => {
             named.insert(addr, (size, Arc::from(name)));
         }
-    }
-}
-
-/// Adds `name@VER` / `name@@VER` for versioned dynamic symbols (ELF64 only).
-fn collect_dynsym_versions(data: &[u8], named: &mut HashMap<u64, (u64, Arc<str>)>) {
-    let Ok(elf) = ElfFile64::<object::Endianness>::parse(data) else {
-        return;
-    };
-    let endian = elf.endian();
-    let sections = elf.elf_section_table();
-    let Ok(Some(versions)) = sections.versions(endian, data) else {
-        return;
-    };
-    let Ok(Some(dynsyms)) = sections.symbols(endian, data, object::elf::SHT_DYNSYM).map(Some)
-    else {
-        return;
-    };
-    for (i, sym) in dynsyms.symbols().iter().enumerate() {
-        use object::read::elf::Sym as _;
-        let st_type = sym.st_type();
-        if st_type != object::elf::STT_FUNC && st_type != object::elf::STT_GNU_IFUNC {
-            continue;
-        }
-        let (addr, size) = (sym.st_value(endian), sym.st_size(endian));
-        if addr == 0 || size == 0 || sym.st_shndx(endian) == object::elf::SHN_UNDEF {
-            continue;
-        }
-        let Ok(name) = sym.name(endian, dynsyms.strings()) else {
-            continue;
-        };
-        let Ok(name) = std::str::from_utf8(name) else {
-            continue;
-        };
-        let vi = versions.version_index(endian, object::SymbolIndex(i));
-        let Ok(Some(ver)) = versions.version(vi.index()) else {
-            continue;
-        };
-        let Ok(vname) = std::str::from_utf8(ver.name()) else {
-            continue;
-        };
-        let sep = if vi.is_hidden() { "@" } else { "@@" };
-        add_name(named, addr, size, &format!("{name}{sep}{vname}"));
     }
 }
 
@@ -415,6 +369,11 @@ fn read_lines(
             continue;
         };
         let mut cache: HashMap<u64, u32> = HashMap::new();
+        let comp_dir = unit
+            .comp_dir
+            .as_ref()
+            .and_then(|d| d.to_string_lossy().ok().map(|c| c.into_owned()))
+            .unwrap_or_default();
         let mut state = program.rows();
         while let Some((header, row)) = state.next_row()? {
             if row.end_sequence() {
@@ -441,6 +400,17 @@ fn read_lines(
                                 .and_then(|d| dwarf.attr_string(&unit, d).ok())
                                 .and_then(|s| s.to_string_lossy().ok().map(|c| c.into_owned()))
                                 .unwrap_or_default();
+                            // Valgrind prefixes a relative directory with the unit's
+                            // DW_AT_comp_dir (DWARF 4's implicit directory 0 *is* comp_dir),
+                            // giving e.g. "./elf/./elf/dl-deps.c"; no normalisation.
+                            let implicit0 = header.version() <= 4 && entry.directory_index() == 0;
+                            let dir = if dir.starts_with('/') || implicit0 || comp_dir.is_empty() {
+                                dir
+                            } else if dir.is_empty() {
+                                comp_dir.clone()
+                            } else {
+                                format!("{comp_dir}/{dir}")
+                            };
                             if dir.is_empty() || name.starts_with('/') {
                                 name
                             } else {
@@ -458,7 +428,9 @@ fn read_lines(
                     id
                 }
             };
-            let line = row.line().map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
+            let line = row
+                .line()
+                .map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
             rows.push(Row {
                 addr: row.address(),
                 file: fid,
@@ -476,8 +448,14 @@ mod tests {
     #[test]
     fn prefer_name_rules() {
         assert!(prefer_name("bcmp", "memcmp"));
-        assert!(prefer_name("__libc_start_main@@GLIBC_2.34", "__libc_start_main"));
-        assert!(!prefer_name("__libc_start_main", "__libc_start_main@@GLIBC_2.34"));
+        assert!(prefer_name(
+            "__libc_start_main@@GLIBC_2.34",
+            "__libc_start_main"
+        ));
+        assert!(!prefer_name(
+            "__libc_start_main",
+            "__libc_start_main@@GLIBC_2.34"
+        ));
         assert!(prefer_name("abc", "abd"));
         assert!(prefer_name("x", " "));
     }

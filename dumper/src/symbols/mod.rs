@@ -191,9 +191,7 @@ impl Symbolizer {
         m.tables
             .get_or_init(|| {
                 let built = match &m.info.source {
-                    ModuleSource::Memory(bytes) => {
-                        ModuleTables::build(&m.info.path, bytes, false)
-                    }
+                    ModuleSource::Memory(bytes) => ModuleTables::build(&m.info.path, bytes, false),
                     ModuleSource::File => match std::fs::read(&m.info.path) {
                         Ok(bytes) => ModuleTables::build(&m.info.path, &bytes, true),
                         Err(e) => Err(DumpError::read(&m.info.path, e)),
