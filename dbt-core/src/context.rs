@@ -117,6 +117,17 @@ pub struct ThreadContext {
     pub pending_info: [[u8; 128]; crate::signal::NSIG],
     /// Spill slots for translated code.
     pub scratch: [u64; N_SCRATCH],
+    /// Instrumentation (`crate::instrument`): the helper trampoline's address, the top of this
+    /// thread's helper stack, the guest rsp while a helper runs, the routine, its arguments,
+    /// where to resume, saved flags and spill slots.
+    pub helper_tramp: u64,
+    pub helper_stack: u64,
+    pub helper_saved_rsp: u64,
+    pub helper_fn: u64,
+    pub helper_args: [u64; 3],
+    pub helper_ret: u64,
+    pub instr_flags: u64,
+    pub instr_scratch: [u64; 6],
     /// XSAVE image of the guest's x87/SSE/AVX/AVX-512 state while outside translated code.
     pub xsave_area: XsaveArea,
     pub ibl: [IblEntry; IBL_ENTRIES],
@@ -136,6 +147,14 @@ pub const OFF_IBL_JUMP: usize = offset_of!(ThreadContext, ibl_jump);
 pub const OFF_SELF: usize = offset_of!(ThreadContext, self_addr);
 pub const OFF_HOST_MXCSR: usize = offset_of!(ThreadContext, host_mxcsr);
 pub const OFF_SCRATCH: usize = offset_of!(ThreadContext, scratch);
+pub const OFF_HELPER_TRAMP: usize = offset_of!(ThreadContext, helper_tramp);
+pub const OFF_HELPER_STACK: usize = offset_of!(ThreadContext, helper_stack);
+pub const OFF_HELPER_SAVED_RSP: usize = offset_of!(ThreadContext, helper_saved_rsp);
+pub const OFF_HELPER_FN: usize = offset_of!(ThreadContext, helper_fn);
+pub const OFF_HELPER_ARGS: usize = offset_of!(ThreadContext, helper_args);
+pub const OFF_HELPER_RET: usize = offset_of!(ThreadContext, helper_ret);
+pub const OFF_INSTR_FLAGS: usize = offset_of!(ThreadContext, instr_flags);
+pub const OFF_INSTR_SCRATCH: usize = offset_of!(ThreadContext, instr_scratch);
 pub const OFF_XSAVE: usize = offset_of!(ThreadContext, xsave_area);
 pub const OFF_IBL: usize = offset_of!(ThreadContext, ibl);
 
@@ -175,6 +194,9 @@ impl ThreadContext {
         ctx.self_addr = p as u64;
         ctx.host_mxcsr = 0x1f80;
         ctx.exit_fn = crate::dispatch::exit_fn_addr();
+        if !crate::instrument::helper::init_context(ctx) {
+            return None;
+        }
         ctx.clear_ibl();
         Some(ctx)
     }

@@ -16,9 +16,11 @@
 //! * rgrind's Rust code runs only with rgrind's FS (switched by `dispatch::enter`).
 pub mod aspace;
 pub mod cache;
+pub mod clientreq;
 pub mod context;
 pub mod core_state;
 pub mod dispatch;
+pub mod instrument;
 pub mod loader;
 mod run;
 pub mod runlock;

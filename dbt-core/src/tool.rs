@@ -2,7 +2,15 @@
 //! supplies and what it gets. Tools import nothing from dbt-core except this module.
 //!
 //! A tool supplies `fini` (write results for the way the process ends) and, through its
-//! default methods, opts into further hooks.
+//! default methods, opts into further hooks: `instrument` (add counting code to each block,
+//! deterministically: a block may be translated again) and `client_request`.
+//!
+//! It gets a read-only [`BlockView`] of each block and an [`Instrumenter`] with a few
+//! primitives; code generation stays in the core.
+pub use crate::instrument::{
+    AccessKind, BlockView, CallArg, DataRef, FlowKind, Helper, InsnView, Instrumenter, MemAccess,
+    MruCache, RepKind,
+};
 
 /// How the guest process is ending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,9 +23,29 @@ pub enum FiniReason {
     Signal(i32),
 }
 
+/// A tool's answer to a client request it recognised.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClientReply {
+    /// The request's result (the guest's rdx); `None` leaves the caller's default.
+    pub value: Option<u64>,
+    /// Discard every translation (instrumentation changed, as Cachegrind's start/stop do).
+    pub discard_translations: bool,
+}
+
 pub trait Tool: Send {
     /// The tool's name as `--tool=` spells it.
     fn name(&self) -> &'static str;
+    /// Adds instrumentation to one block. Must be deterministic: the same block may be
+    /// translated more than once and must get the same code.
+    fn instrument(&mut self, block: &BlockView, ins: &mut Instrumenter) {
+        let _ = (block, ins);
+    }
+    /// A client request whose code is not a core one: `args` = `{request, arg1..arg5}`.
+    /// The default ignores it (the caller's default value is returned, as Valgrind does).
+    fn client_request(&mut self, args: &[u64; 6]) -> ClientReply {
+        let _ = args;
+        ClientReply::default()
+    }
     /// Called once when the process ends in any way, before it ends.
     fn fini(&mut self, reason: FiniReason) {
         let _ = reason;

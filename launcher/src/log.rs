@@ -77,3 +77,11 @@ pub fn line(text: &str) {
         let _ = writeln!(f, "=={pid}== {text}");
     }
 }
+
+/// Writes one `--PID-- ` line (Valgrind's debug/warning prefix).
+pub fn dline(text: &str) {
+    let pid = std::process::id();
+    if let Some(f) = LOG.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        let _ = writeln!(f, "--{pid}-- {text}");
+    }
+}

@@ -67,19 +67,27 @@ fn run(s: Settings) -> ! {
             s.log_file.clone().unwrap_or_default()
         )]);
     }
+    let mut startup = Vec::new();
     let (banner, tool): ([&str; 2], Box<dyn dbt_core::tool::Tool>) = match s.tool {
         ToolName::None => (
             tools::none::NoneTool::BANNER,
             Box::new(tools::none::NoneTool { quiet: s.quiet }),
         ),
-        ToolName::Cachegrind | ToolName::Callgrind => fail(&[format!(
-            "--tool={} is not implemented yet",
-            if s.tool == ToolName::Cachegrind {
-                "cachegrind"
-            } else {
-                "callgrind"
+        ToolName::Cachegrind => {
+            let mut cmd = s.program.to_string_lossy().into_owned();
+            for a in &s.program_args {
+                cmd.push(' ');
+                cmd.push_str(&a.to_string_lossy());
             }
-        )]),
+            match tools::cachegrind::Cachegrind::new(&s.tool_options, s.quiet, cmd) {
+                Ok((t, lines)) => {
+                    startup = lines;
+                    (tools::cachegrind::Cachegrind::BANNER, Box::new(t))
+                }
+                Err(lines) => fail(&lines),
+            }
+        }
+        ToolName::Callgrind => fail(&["--tool=callgrind is not implemented yet".to_string()]),
     };
     if !s.quiet {
         log::line(banner[0]);
@@ -94,6 +102,12 @@ fn run(s: Settings) -> ! {
         }
         log::line(&format!("Command: {cmd}"));
         log::line("");
+    }
+    for l in startup {
+        match l {
+            tools::cachegrind::StartupLine::Debug(t) => log::dline(&t),
+            tools::cachegrind::StartupLine::User(t) => log::line(&t),
+        }
     }
     let opts = dbt_core::CoreOptions {
         trace_blocks: s.trace_blocks,

@@ -37,6 +37,8 @@ pub enum ExitKind {
     Syscall,
     /// A `cpuid` instruction; `target` is the address after it.
     Cpuid,
+    /// A Valgrind client request (`crate::clientreq`); `target` is the address after it.
+    ClientRequest,
     /// An instruction that traps natively (`int3`, `ud2`, undecodable bytes, ...); `target` is
     /// its address and `signal` what the kernel would deliver.
     Trap { signal: i32, next: u64 },
@@ -125,6 +127,19 @@ impl CodeCache {
                 return;
             }
         }
+    }
+
+    /// Writes each chunk's used bytes to `dir/chunk-<base>.bin` (for offline disassembly,
+    /// e.g. `objdump -D -b binary -m i386:x86-64 --adjust-vma=<base>`).
+    pub fn dump_chunks(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        for c in &self.chunks {
+            // SAFETY: [base, used) of a live chunk is initialised code bytes.
+            let bytes = unsafe {
+                core::slice::from_raw_parts(c.base as *const u8, (c.used - c.base) as usize)
+            };
+            std::fs::write(dir.join(format!("chunk-{:x}.bin", c.base)), bytes)?;
+        }
+        Ok(())
     }
 
     pub fn insert_block(&mut self, block: Block) {

@@ -24,10 +24,11 @@ pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
         cache,
         topts,
         process,
+        tool,
         ..
     } = core;
     let writable = |s: u64, e: u64| process.any_writable(s, e);
-    match crate::translate::translate(cache, guest, topts, &writable) {
+    match crate::translate::translate(cache, &mut **tool, guest, topts, &writable) {
         Ok(host) => host,
         Err(e) => crate::core_state::fatal(&format!("{e}")),
     }
@@ -110,6 +111,10 @@ pub fn run_thread(ctx: &mut ThreadContext) {
             ExitKind::Cpuid => {
                 ctx.rip = rec.target;
                 emulate_cpuid(ctx);
+            }
+            ExitKind::ClientRequest => {
+                ctx.rip = rec.target;
+                crate::clientreq::handle(ctx, &mut core());
             }
             ExitKind::SmcMismatch => {
                 ctx.rip = rec.target;

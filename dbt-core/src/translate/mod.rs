@@ -117,6 +117,11 @@ fn decode_block(guest: u64, buf: &[u8], opts: &TranslateOptions) -> (Vec<Instruc
             }
             return (insns, BlockEnd::FallThrough(next));
         }
+        let at = (next - guest) as usize;
+        if let Some(req) = crate::clientreq::recognise(buf, at, next) {
+            insns.push(req);
+            return (insns, BlockEnd::Control);
+        }
         let insn = decoder.decode();
         if insn.is_invalid() {
             if decoder.last_error() == DecoderError::NoMoreBytes && !insns.is_empty() {
@@ -295,14 +300,17 @@ impl Emitter {
     }
 
     /// Pushes the 64-bit guest return address without touching flags or registers.
+    ///
+    /// One 8-byte `push` through a borrowed rcx (restored after): the `ret` reads the slot with
+    /// one 8-byte load, which two 4-byte stores would keep from being store-forwarded.
     fn push_return_address(&mut self, ret: u64) {
-        let lo = ret as u32 as i32;
-        let hi = (ret >> 32) as u32 as i32;
+        let r = ret as i64;
         dynasm!(self.ops
             ; .arch x64
-            ; lea rsp, [rsp - 8]
-            ; mov DWORD [rsp], lo
-            ; mov DWORD [rsp + 4], hi
+            ; gs mov QWORD [S2], rcx
+            ; mov rcx, QWORD r
+            ; push rcx
+            ; gs mov rcx, QWORD [S2]
         );
     }
 
@@ -493,6 +501,7 @@ fn uses_register(insn: &Instruction, r: Register) -> bool {
 /// Translates the guest block at `guest` and records it in `cache`; returns its host address.
 pub fn translate(
     cache: &mut CodeCache,
+    tool: &mut dyn crate::tool::Tool,
     guest: u64,
     opts: &TranslateOptions,
     writable: &dyn Fn(u64, u64) -> bool,
@@ -509,7 +518,13 @@ pub fn translate(
             });
         }
     }
-    let bound = 512 + insns.iter().map(|i| i.len() as u64 * 8 + 160).sum::<u64>();
+    let near = cache
+        .reserve(guest, 4096)
+        .ok_or(TranslateError::CacheFull)?;
+    let mut plan = crate::instrument::plan_block(&insns, tool, near);
+    // Guest bytes x8 leaves room for a self-modifying-code entry check.
+    let bound =
+        512 + plan.code_bound() + insns.iter().map(|i| i.len() as u64 * 8 + 160).sum::<u64>();
     let host = cache
         .reserve(guest, bound)
         .ok_or(TranslateError::CacheFull)?;
@@ -526,14 +541,19 @@ pub fn translate(
         em.smc_check(guest, &buf[..(code_end - guest) as usize]);
     }
     let mut insn_starts = Vec::with_capacity(insns.len());
-    for insn in &insns {
+    for (i, insn) in insns.iter().enumerate() {
         guest_end = insn.next_ip();
         insn_starts.push((em.off() as u32, insn.ip()));
         let bytes = &buf[(insn.ip() - guest) as usize..(insn.next_ip() - guest) as usize];
-        emit_insn(&mut em, insn, bytes).map_err(|what| TranslateError::Internal {
+        let failed = |what: String| TranslateError::Internal {
             addr: insn.ip(),
             what: format!("{what} (`{}`)", insn_text(insn)),
-        })?;
+        };
+        plan.emit_before(&mut em.ops, host, i).map_err(failed)?;
+        if plan.emit_rep(&mut em.ops, host, i, bytes).map_err(failed)? {
+            continue;
+        }
+        emit_insn(&mut em, insn, bytes).map_err(failed)?;
     }
     match end {
         BlockEnd::FallThrough(next) => em.jmp_exit(ExitKind::Direct, next),
@@ -543,6 +563,7 @@ pub fn translate(
             em.jmp_exit(ExitKind::Trap { signal, next }, addr);
         }
     }
+    plan.emit_slow_paths(&mut em.ops);
     em.stubs();
     let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
     let len = code.len() as u64;
@@ -597,6 +618,10 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
         }
         Code::Cpuid => {
             em.jmp_exit(ExitKind::Cpuid, next);
+            return Ok(());
+        }
+        _ if crate::clientreq::is_request(insn) => {
+            em.jmp_exit(ExitKind::ClientRequest, next);
             return Ok(());
         }
         _ => {}

@@ -24,6 +24,8 @@ pub struct Settings {
     pub chaining: bool,
     pub stats: bool,
     pub fair_sched: bool,
+    /// Tool options (`--name`, value), checked by the tool once it is chosen.
+    pub tool_options: Vec<(String, String)>,
     /// The options exactly as given, to run rgrind again on exec'd programs.
     pub raw_options: Vec<OsString>,
     pub program: OsString,
@@ -194,6 +196,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
         chaining: true,
         stats: false,
         fair_sched: false,
+        tool_options: Vec::new(),
         raw_options: Vec::new(),
         program: OsString::new(),
         program_args: Vec::new(),
@@ -216,6 +219,11 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             None => (arg.as_str(), None),
         };
         let Some(opt) = OPTIONS.iter().find(|o| o.name == name) else {
+            if let (true, Some(v)) = (crate::tools::is_tool_option(name), value) {
+                s.tool_options.push((name.to_string(), v.to_string()));
+                s.raw_options.push(args[i - 1].clone());
+                continue;
+            }
             return Err(CliError::Unknown(arg.clone()));
         };
         let flag_ok = matches!(opt.kind, Kind::Flag) == value.is_none();
@@ -234,16 +242,20 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             "--single-step" => s.single_step = parse_bool(&arg, v)?,
             "--chain" => s.chaining = parse_bool(&arg, v)?,
             "--stats" => s.stats = parse_bool(&arg, v)?,
-            "--fair-sched" => s.fair_sched = match v {
-                "yes" | "try" => true,
-                "no" => false,
-                _ => return Err(CliError::BadValue(
-                    arg.clone(),
-                    format!(
+            "--fair-sched" => {
+                s.fair_sched = match v {
+                    "yes" | "try" => true,
+                    "no" => false,
+                    _ => {
+                        return Err(CliError::BadValue(
+                            arg.clone(),
+                            format!(
                         "Invalid argument '{v}' for --fair-sched (should be 'no', 'yes' or 'try')"
                     ),
-                )),
-            },
+                        ))
+                    }
+                }
+            }
             _ => return Err(CliError::Unknown(arg.clone())),
         }
         s.raw_options.push(args[i - 1].clone());
@@ -259,6 +271,11 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             ))
         }
     };
+    for (n, v) in &s.tool_options {
+        if !crate::tools::tool_accepts(s.tool, n) {
+            return Err(CliError::Unknown(format!("{n}={v}")));
+        }
+    }
     if i >= args.len() {
         return Err(CliError::NoProgram);
     }

@@ -7,6 +7,7 @@
 //! installed say so on stdout and pass.
 
 mod bad_input;
+mod cachegrind;
 mod exit;
 mod loader;
 mod memory;

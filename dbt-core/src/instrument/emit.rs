@@ -1,0 +1,607 @@
+//! Host code for the instrumentation requests of one block.
+//!
+//! The translator calls `Plan::emit_before(i)` before it emits guest instruction `i`,
+//! `Plan::emit_rep(i)` in place of a `rep` string instruction that needs per-iteration work,
+//! and `Plan::emit_slow_paths` after the block body (before the exit stubs).
+//!
+//! # Invariants
+//! * Every sequence restores the registers it borrowed (through `gs:[instr_scratch]`) and, if
+//!   the flags are live at that point, the arithmetic flags, before the guest instruction.
+//! * Counter bumps use one `inc [rip+d]` where the flags are dead and the counter is within
+//!   rel32 reach, and a flag-free load/`lea`/store otherwise.
+//!
+//! Deliberately not done: merging adjacent checks (each request is emitted on its own).
+use super::{BlockView, CallArg, DataRef, Helper, MemAccess, MruCache, Op};
+use super::{Instrumenter, RepKind};
+use crate::context::*;
+use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
+use iced_x86::{Code, ConditionCode, Encoder, Instruction, MemoryOperand, OpKind, Register};
+
+type Asm = VecAssembler<X64Relocation>;
+
+const IS0: i32 = OFF_INSTR_SCRATCH as i32;
+const IS1: i32 = OFF_INSTR_SCRATCH as i32 + 8;
+const IS2: i32 = OFF_INSTR_SCRATCH as i32 + 16;
+const IS3: i32 = OFF_INSTR_SCRATCH as i32 + 24;
+const FLAGS: i32 = OFF_INSTR_FLAGS as i32;
+const ARG0: i32 = OFF_HELPER_ARGS as i32;
+const ARG1: i32 = OFF_HELPER_ARGS as i32 + 8;
+const ARG2: i32 = OFF_HELPER_ARGS as i32 + 16;
+const HFN: i32 = OFF_HELPER_FN as i32;
+const HRET: i32 = OFF_HELPER_RET as i32;
+const TRAMP: i32 = OFF_HELPER_TRAMP as i32;
+
+/// An out-of-line call reached from an inline check that failed.
+struct Slow {
+    entry: DynamicLabel,
+    back: DynamicLabel,
+    helper: Helper,
+    /// `Some(addr)`: argument 1 is this constant; `None`: already in `gs:[helper_args + 8]`.
+    arg1: Option<u64>,
+    arg2: u64,
+}
+
+/// Static facts about the instructions the plan needs at emission time.
+struct InsnFacts {
+    addr: u64,
+    len: u32,
+    accesses: Vec<MemAccess>,
+    rep: RepKind,
+    insn: Instruction,
+}
+
+/// The instrumentation of one block, ready to emit.
+pub(crate) struct Plan {
+    ops: Vec<Op>,
+    live: Vec<bool>,
+    facts: Vec<InsnFacts>,
+    /// Where the block counter goes and whether it may use flag-changing code there.
+    count_at: usize,
+    slow: Vec<Slow>,
+}
+
+// SAFETY: see `Op`: the pointers are addresses embedded in code, not dereferenced here.
+unsafe impl Send for Plan {}
+
+impl Plan {
+    pub(crate) fn new(view: &BlockView, ins: Instrumenter) -> Plan {
+        let live = super::flags_liveness(view);
+        let n = view.insns.len();
+        let count_at = (0..n).find(|&i| !live[i]).unwrap_or(0);
+        Plan {
+            ops: ins.ops,
+            live,
+            facts: view
+                .insns
+                .iter()
+                .map(|v| InsnFacts {
+                    addr: v.addr,
+                    len: v.len,
+                    accesses: v.accesses.clone(),
+                    rep: v.rep,
+                    insn: *v.insn,
+                })
+                .collect(),
+            count_at,
+            slow: Vec::new(),
+        }
+    }
+
+    /// Upper bound on the bytes this plan adds to the translation.
+    pub(crate) fn code_bound(&self) -> u64 {
+        300 * self.ops.len() as u64 + 64
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Whether instruction `i` is a rep string instruction that must be emitted as a loop
+    /// (per-iteration data checks, or repe/repne whose entries cannot be derived from rcx).
+    fn rep_loop(&self, i: usize) -> bool {
+        let f = &self.facts[i];
+        if f.rep == RepKind::None {
+            return false;
+        }
+        let has_rep = self
+            .ops
+            .iter()
+            .any(|o| matches!(o, Op::Rep { insn, .. } if *insn == i));
+        let has_data = self
+            .ops
+            .iter()
+            .any(|o| matches!(o, Op::Data { insn, .. } if *insn == i));
+        has_data || (has_rep && f.rep == RepKind::Cond)
+    }
+
+    /// Emits the requests that go before guest instruction `i`.
+    pub(crate) fn emit_before(&mut self, a: &mut Asm, host: u64, i: usize) -> Result<(), String> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        let ops = self.ops.clone();
+        for op in &ops {
+            match *op {
+                Op::CountBlock(ctr) if i == self.count_at => {
+                    add_one(a, host, ctr, self.live[i]);
+                }
+                Op::Fetch {
+                    insn,
+                    cache,
+                    helper,
+                } if insn == i => self.fetch(a, i, cache, helper),
+                Op::Data {
+                    insn,
+                    dref,
+                    cache,
+                    helper,
+                } if insn == i && !self.rep_loop(i) => {
+                    self.data(a, i, dref, cache, helper, self.live[i])?;
+                }
+                Op::Call {
+                    insn,
+                    helper,
+                    arg1,
+                    arg2,
+                } if insn == i => self.call(a, i, helper, arg1, arg2)?,
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Emits instruction `i` itself when it is a counted `rep` string instruction; returns
+    /// false when the translator should emit it as usual.
+    pub(crate) fn emit_rep(
+        &mut self,
+        a: &mut Asm,
+        host: u64,
+        i: usize,
+        bytes: &[u8],
+    ) -> Result<bool, String> {
+        let f = &self.facts[i];
+        if f.rep == RepKind::None {
+            return Ok(false);
+        }
+        let rep = self.ops.iter().find_map(|o| match *o {
+            Op::Rep {
+                insn,
+                entries,
+                iterations,
+            } if insn == i => Some((entries, iterations)),
+            _ => None,
+        });
+        if !self.rep_loop(i) {
+            let Some((entries, _)) = rep else {
+                return Ok(false);
+            };
+            // Entries beyond the first = iterations = rcx before - rcx after.
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], rcx);
+            a.extend(bytes.iter().copied());
+            dynasm!(a
+                ; .arch x64
+                ; gs mov QWORD [IS0], rax
+                ; gs mov QWORD [IS1], rdx
+                ; gs mov QWORD [IS2], rcx
+                ; mov rdx, rcx
+                ; not rdx
+                ; gs mov rax, QWORD [IS3]
+                ; lea rax, [rax + rdx + 1]
+                ; mov rdx, QWORD entries as i64
+                ; mov rcx, QWORD [rdx]
+                ; lea rcx, [rcx + rax]
+                ; mov QWORD [rdx], rcx
+                ; gs mov rcx, QWORD [IS2]
+                ; gs mov rdx, QWORD [IS1]
+                ; gs mov rax, QWORD [IS0]
+            );
+            return Ok(true);
+        }
+        let cond = f.rep == RepKind::Cond;
+        let repe = bytes
+            .iter()
+            .take_while(|b| is_prefix(**b))
+            .any(|&b| b == 0xf3);
+        // The instruction without its F2/F3 prefix.
+        let mut single = Vec::with_capacity(bytes.len());
+        let mut in_prefix = true;
+        for &b in bytes {
+            if in_prefix && is_prefix(b) {
+                if b != 0xf2 && b != 0xf3 {
+                    single.push(b);
+                }
+                continue;
+            }
+            in_prefix = false;
+            single.push(b);
+        }
+        let done = a.new_dynamic_label();
+        let top = a.new_dynamic_label();
+        dynasm!(a
+            ; .arch x64
+            ; =>top
+            ; jrcxz >zero
+            ; jmp >body
+            ; zero:
+            ; jmp =>done
+            ; body:
+        );
+        let ops = self.ops.clone();
+        for op in &ops {
+            if let Op::Data {
+                insn,
+                dref,
+                cache,
+                helper,
+            } = *op
+            {
+                if insn == i {
+                    self.data(a, i, dref, cache, helper, true)?;
+                }
+            }
+        }
+        if let (true, Some((_, iterations))) = (cond, rep) {
+            add_one(a, host, iterations, true);
+        }
+        a.extend(single.iter().copied());
+        dynasm!(a ; .arch x64 ; lea rcx, [rcx - 1]);
+        if cond {
+            if repe {
+                dynasm!(a ; .arch x64 ; jne =>done);
+            } else {
+                dynasm!(a ; .arch x64 ; je =>done);
+            }
+        }
+        if let Some((entries, _)) = rep {
+            add_one(a, host, entries, true);
+        }
+        dynasm!(a ; .arch x64 ; jmp =>top ; =>done);
+        Ok(true)
+    }
+
+    /// Emits the out-of-line calls of failed checks.
+    pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) {
+        for s in std::mem::take(&mut self.slow) {
+            let entry = s.entry;
+            let back = s.back;
+            dynasm!(a ; .arch x64 ; =>entry);
+            if let Some(v) = s.arg1 {
+                dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64 ; gs mov QWORD [ARG1], rax);
+            }
+            helper_call(a, s.helper, s.arg2, back);
+        }
+    }
+
+    fn fetch(&mut self, a: &mut Asm, i: usize, cache: MruCache, helper: Helper) {
+        let f = &self.facts[i];
+        let (addr, len) = (f.addr, u64::from(f.len.max(1)));
+        let line = addr >> cache.line_bits;
+        let entry = a.new_dynamic_label();
+        let back = a.new_dynamic_label();
+        self.slow.push(Slow {
+            entry,
+            back,
+            helper,
+            arg1: Some(addr),
+            arg2: len,
+        });
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
+        if (addr + len - 1) >> cache.line_bits != line {
+            dynasm!(a ; .arch x64 ; jmp =>entry);
+        } else {
+            let tag = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
+            let neg = line.wrapping_neg();
+            dynasm!(a
+                ; .arch x64
+                ; mov rax, QWORD tag as i64
+                ; mov rax, QWORD [rax]
+                ; mov rcx, QWORD neg as i64
+                ; lea rcx, [rax + rcx]
+                ; jrcxz =>back
+                ; jmp =>entry
+            );
+        }
+        dynasm!(a ; .arch x64 ; =>back ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
+    }
+
+    fn data(
+        &mut self,
+        a: &mut Asm,
+        i: usize,
+        dref: DataRef,
+        cache: MruCache,
+        helper: Helper,
+        live: bool,
+    ) -> Result<(), String> {
+        let Some(acc) = self.facts[i].accesses.get(dref.access).copied() else {
+            return Err(format!("no memory access #{} in instruction", dref.access));
+        };
+        let size = u64::from(dref.size.max(1));
+        let entry = a.new_dynamic_label();
+        let back = a.new_dynamic_label();
+        self.slow.push(Slow {
+            entry,
+            back,
+            helper,
+            arg1: None,
+            arg2: size,
+        });
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS0], rax
+            ; gs mov QWORD [IS1], rcx
+            ; gs mov QWORD [IS2], rdx
+        );
+        effective_address(a, &acc, dref.offset)?;
+        dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rdx);
+        if live {
+            save_flags(a);
+        }
+        let bits = cache.line_bits as i8;
+        let sm = cache.set_mask as i32;
+        let row = (cache.assoc * 8) as i32;
+        let tags = cache.tags as i64;
+        let last = (size - 1) as i32;
+        dynasm!(a
+            ; .arch x64
+            ; lea rax, [rdx + last]
+            ; xor rax, rdx
+            ; shr rax, bits
+            ; jnz =>entry
+            ; mov rax, rdx
+            ; shr rax, bits
+            ; mov rcx, rax
+            ; and rcx, sm
+            ; imul rcx, rcx, row
+            ; mov rdx, QWORD tags
+            ; cmp rax, QWORD [rdx + rcx]
+            ; jne =>entry
+            ; =>back
+        );
+        if live {
+            restore_flags(a);
+        }
+        dynasm!(a
+            ; .arch x64
+            ; gs mov rdx, QWORD [IS2]
+            ; gs mov rcx, QWORD [IS1]
+            ; gs mov rax, QWORD [IS0]
+        );
+        Ok(())
+    }
+
+    fn call(
+        &mut self,
+        a: &mut Asm,
+        i: usize,
+        helper: Helper,
+        arg1: CallArg,
+        arg2: u64,
+    ) -> Result<(), String> {
+        let insn = self.facts[i].insn;
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+        match arg1 {
+            CallArg::Imm(v) => dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64),
+            CallArg::Taken => taken(a, &insn)?,
+            CallArg::Target => target(a, &insn)?,
+        }
+        dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
+        let back = a.new_dynamic_label();
+        helper_call(a, helper, arg2, back);
+        dynasm!(a ; .arch x64 ; =>back ; gs mov rax, QWORD [IS0]);
+        Ok(())
+    }
+}
+
+/// `eax = 1` if the conditional branch `insn` will be taken, else 0; flags untouched.
+fn taken(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
+    match insn.code() {
+        Code::Jrcxz_rel8_64 | Code::Jecxz_rel8_64 => {
+            dynasm!(a ; .arch x64 ; mov eax, 1 ; jrcxz >t ; mov eax, 0 ; t:);
+        }
+        Code::Loop_rel8_64_RCX
+        | Code::Loop_rel8_64_ECX
+        | Code::Loope_rel8_64_RCX
+        | Code::Loope_rel8_64_ECX
+        | Code::Loopne_rel8_64_RCX
+        | Code::Loopne_rel8_64_ECX => {
+            dynasm!(a
+                ; .arch x64
+                ; gs mov QWORD [IS1], rcx
+                ; lea rcx, [rcx - 1]
+                ; mov eax, 0
+                ; jrcxz >d
+                ; mov eax, 1
+            );
+            match insn.code() {
+                Code::Loope_rel8_64_RCX | Code::Loope_rel8_64_ECX => {
+                    dynasm!(a ; .arch x64 ; je >d ; mov eax, 0);
+                }
+                Code::Loopne_rel8_64_RCX | Code::Loopne_rel8_64_ECX => {
+                    dynasm!(a ; .arch x64 ; jne >d ; mov eax, 0);
+                }
+                _ => {}
+            }
+            dynasm!(a ; .arch x64 ; d: ; gs mov rcx, QWORD [IS1]);
+        }
+        _ => {
+            let cc = cc_number(insn.condition_code()).ok_or("branch without a condition")?;
+            a.extend([0x0f, 0x90 + cc, 0xc0, 0x0f, 0xb6, 0xc0]); // setcc al; movzx eax, al
+        }
+    }
+    Ok(())
+}
+
+/// `rax = target of the indirect jump/call insn` (rax still holds the guest value).
+fn target(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
+    if insn.op0_kind() == OpKind::Register {
+        let mov = Instruction::with2(Code::Mov_r64_rm64, Register::RAX, insn.op0_register())
+            .map_err(|e| e.to_string())?;
+        return encode(a, &mov);
+    }
+    if insn.is_ip_rel_memory_operand() {
+        let abs = insn.ip_rel_memory_address() as i64;
+        dynasm!(a ; .arch x64 ; mov rax, QWORD abs ; mov rax, QWORD [rax]);
+        return Ok(());
+    }
+    let m = MemoryOperand::new(
+        insn.memory_base(),
+        insn.memory_index(),
+        insn.memory_index_scale(),
+        insn.memory_displacement64() as i64,
+        if insn.memory_base() == Register::None && insn.memory_index() == Register::None {
+            8
+        } else {
+            insn.memory_displ_size().max(1)
+        },
+        false,
+        insn.segment_prefix(),
+    );
+    let mov =
+        Instruction::with2(Code::Mov_r64_rm64, Register::RAX, m).map_err(|e| e.to_string())?;
+    encode(a, &mov)
+}
+
+/// Legacy and REX-less prefixes that may precede a string opcode.
+fn is_prefix(b: u8) -> bool {
+    matches!(
+        b,
+        0xf0 | 0xf2 | 0xf3 | 0x2e | 0x36 | 0x3e | 0x26 | 0x64 | 0x65 | 0x66 | 0x67
+    )
+}
+
+/// `lahf; seto al; mov gs:[instr_flags], rax` (rax already saved).
+fn save_flags(a: &mut Asm) {
+    a.extend([0x9f, 0x0f, 0x90, 0xc0]);
+    dynasm!(a ; .arch x64 ; gs mov QWORD [FLAGS], rax);
+}
+
+/// Inverse of `save_flags` (clobbers rax).
+fn restore_flags(a: &mut Asm) {
+    dynasm!(a ; .arch x64 ; gs mov rax, QWORD [FLAGS]);
+    a.extend([0x04, 0x7f, 0x9e]);
+}
+
+/// Adds 1 to the u64 at `ctr`.
+fn add_one(a: &mut Asm, host: u64, ctr: *mut u64, flags_live: bool) {
+    let ctr = ctr as u64;
+    let at = host + a.offset().0 as u64;
+    if !flags_live {
+        if let Ok(d) = i32::try_from(ctr as i64 - (at as i64 + 7)) {
+            // inc qword [rip + d]
+            a.extend([0x48, 0xff, 0x05]);
+            a.extend(d.to_le_bytes());
+            return;
+        }
+    }
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS0], rax
+        ; gs mov QWORD [IS1], rcx
+        ; mov rax, QWORD ctr as i64
+        ; mov rcx, QWORD [rax]
+        ; lea rcx, [rcx + 1]
+        ; mov QWORD [rax], rcx
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+    );
+}
+
+/// Sets up `gs:[helper_*]` (argument 1 already stored) and jumps to the trampoline, which
+/// comes back at `back`. Clobbers rax.
+fn helper_call(a: &mut Asm, helper: Helper, arg2: u64, back: DynamicLabel) {
+    let f = helper.func as usize as i64;
+    dynasm!(a
+        ; .arch x64
+        ; mov rax, QWORD helper.arg0 as i64
+        ; gs mov QWORD [ARG0], rax
+        ; mov rax, QWORD arg2 as i64
+        ; gs mov QWORD [ARG2], rax
+        ; mov rax, QWORD f
+        ; gs mov QWORD [HFN], rax
+        ; lea rax, [=>back]
+        ; gs mov QWORD [HRET], rax
+        ; gs jmp QWORD [TRAMP]
+    );
+}
+
+fn encode(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
+    let mut enc = Encoder::new(64);
+    // The instructions encoded here have no RIP-relative operand: any address works.
+    enc.encode(insn, 0).map_err(|e| e.to_string())?;
+    a.extend(enc.take_buffer());
+    Ok(())
+}
+
+/// `rdx = effective address of acc + offset` from the guest registers (rax, rcx, rdx still
+/// hold guest values); clobbers rcx for FS-relative accesses.
+fn effective_address(a: &mut Asm, acc: &MemAccess, offset: i32) -> Result<(), String> {
+    let displ = acc.displ.wrapping_add(offset as i64 as u64);
+    if matches!(acc.base, Register::RIP | Register::EIP)
+        || (acc.base == Register::None && acc.index == Register::None)
+    {
+        dynasm!(a ; .arch x64 ; mov rdx, QWORD displ as i64);
+    } else {
+        let index = if acc.vsib { Register::None } else { acc.index };
+        let d = displ as i64;
+        let (disp, dsize) = if i32::try_from(d).is_ok() {
+            // 1: the encoder picks the smallest displacement that fits.
+            (d, 1)
+        } else {
+            (0, 0)
+        };
+        let base = if acc.base == Register::None && index == Register::None {
+            Register::None
+        } else {
+            acc.base
+        };
+        let m = MemoryOperand::new(
+            base,
+            index,
+            if index == Register::None {
+                1
+            } else {
+                acc.scale
+            },
+            disp,
+            dsize,
+            false,
+            Register::None,
+        );
+        let lea =
+            Instruction::with2(Code::Lea_r64_m, Register::RDX, m).map_err(|e| e.to_string())?;
+        encode(a, &lea)?;
+        if dsize == 0 && d != 0 {
+            // A displacement beyond rel32 (only with 32-bit wraparound forms): add it flag-free.
+            dynasm!(a ; .arch x64 ; mov rcx, QWORD d ; lea rdx, [rdx + rcx]);
+        }
+    }
+    if acc.seg == Register::FS {
+        a.extend([0xf3, 0x48, 0x0f, 0xae, 0xc1]); // rdfsbase rcx
+        dynasm!(a ; .arch x64 ; lea rdx, [rdx + rcx]);
+    }
+    Ok(())
+}
+
+/// Condition code number (0..=15) of a `jcc`.
+fn cc_number(cc: ConditionCode) -> Option<u8> {
+    Some(match cc {
+        ConditionCode::o => 0,
+        ConditionCode::no => 1,
+        ConditionCode::b => 2,
+        ConditionCode::ae => 3,
+        ConditionCode::e => 4,
+        ConditionCode::ne => 5,
+        ConditionCode::be => 6,
+        ConditionCode::a => 7,
+        ConditionCode::s => 8,
+        ConditionCode::ns => 9,
+        ConditionCode::p => 10,
+        ConditionCode::np => 11,
+        ConditionCode::l => 12,
+        ConditionCode::ge => 13,
+        ConditionCode::le => 14,
+        ConditionCode::g => 15,
+        ConditionCode::None => return None,
+    })
+}

@@ -1,0 +1,429 @@
+//! Instrumentation: what a tool sees of a block (`BlockView`) and the primitives it may ask
+//! for (`Instrumenter`), turned into host code by `emit` inside the translation.
+//!
+//! A tool's `instrument` hook gets a read-only view of the decoded block and records requests
+//! (bump a counter once per block execution, count the extra entries of a `rep` string
+//! instruction, check an instruction fetch or a data access against the most-recently-used way
+//! of a cache and call an out-of-line routine when that check fails, call a routine with
+//! arguments). The translator asks this module to emit them at the right places.
+//!
+//! # Invariants
+//! * Emitted instrumentation keeps the guest state intact at every guest instruction
+//!   boundary: it borrows registers through `gs:` slots and never touches the guest stack;
+//!   arithmetic flags are saved (`lahf`/`seto`) only where they are live.
+//! * Out-of-line routines run on the thread's helper stack (`helper::rgrind_helper_call`),
+//!   with every caller-saved general register, the flags and xmm0-15 preserved.
+//! * Cost arrays (`Instrumenter::cost_array`) are keyed by the block's guest start and size;
+//!   a retranslated block gets the same array back, so no counts are lost.
+//!
+//! Not done here: deciding what to count (the tool does), or any tool state.
+pub mod arena;
+pub(crate) mod emit;
+pub mod helper;
+
+use iced_x86::{
+    Code, FlowControl, Instruction, InstructionInfoFactory, OpAccess, Register, RflagsBits,
+};
+
+/// How an instruction touches one memory location.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AccessKind {
+    /// Loaded only (also conditional loads such as `cmovcc r, [m]`).
+    Read,
+    /// Stored only (also conditional stores).
+    Write,
+    /// Loaded and stored back at the same address (read-modify-write, `cmpxchg`).
+    Modify,
+}
+
+/// One memory location an instruction uses, in the instruction's order.
+#[derive(Clone, Copy, Debug)]
+pub struct MemAccess {
+    pub kind: AccessKind,
+    /// Bytes accessed (the operand size; 0 when unknown).
+    pub size: u32,
+    /// Vector-indexed (gather/scatter): one access per element at run time.
+    pub vsib: bool,
+    pub(crate) seg: Register,
+    pub(crate) base: Register,
+    pub(crate) index: Register,
+    pub(crate) scale: u32,
+    pub(crate) displ: u64,
+}
+
+/// What an instruction does to control flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowKind {
+    Next,
+    /// Direct unconditional jump.
+    Jump,
+    /// Conditional direct branch (`jcc`, `loop*`, `jrcxz`).
+    CondBranch,
+    /// `jmp r/m`.
+    IndirectJump,
+    Call,
+    /// `call r/m`.
+    IndirectCall,
+    Return,
+    /// `syscall`, `cpuid`, a client request, or an instruction that traps.
+    Other,
+}
+
+/// `rep` string-instruction kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepKind {
+    None,
+    /// `rep` on movs/stos/lods/ins/outs: runs while rcx != 0.
+    Plain,
+    /// `repe`/`repne` on cmps/scas: also stops on the condition.
+    Cond,
+}
+
+/// One guest instruction of a block.
+pub struct InsnView<'a> {
+    pub addr: u64,
+    pub len: u32,
+    pub insn: &'a Instruction,
+    pub accesses: Vec<MemAccess>,
+    pub flow: FlowKind,
+    pub rep: RepKind,
+    /// `lock` prefix, or `xchg` with a memory operand (always locked).
+    pub locked: bool,
+    /// Arithmetic flags read and written (iced-x86 `RflagsBits`).
+    pub flags_read: u32,
+    pub flags_written: u32,
+    /// The 19-byte client-request sequence (counts as one instruction).
+    pub client_request: bool,
+}
+
+/// A decoded guest block, as tools see it.
+pub struct BlockView<'a> {
+    /// Guest address of the first instruction.
+    pub start: u64,
+    /// Guest address after the last instruction.
+    pub end: u64,
+    pub insns: Vec<InsnView<'a>>,
+}
+
+/// An out-of-line routine: `func(arg0, a1, a2) -> u64`. It must not allocate, lock, log,
+/// touch thread-local storage or panic (it runs on the helper stack with the guest's FS).
+#[derive(Clone, Copy, Debug)]
+pub struct Helper {
+    pub func: extern "C" fn(u64, u64, u64) -> u64,
+    pub arg0: u64,
+}
+
+/// The constants of a cache level's flat layout used by the inline MRU-way check: the tag
+/// array (row-major by set, way 0 = most recently used), `sets - 1`, `log2(line)`, ways.
+/// The tag array address must stay valid for the whole run.
+#[derive(Clone, Copy, Debug)]
+pub struct MruCache {
+    pub tags: u64,
+    pub set_mask: u64,
+    pub line_bits: u32,
+    pub assoc: u64,
+}
+
+/// Value of the second argument of a `call` request.
+#[derive(Clone, Copy, Debug)]
+pub enum CallArg {
+    Imm(u64),
+    /// 1 if the conditional branch at the instruction is taken, else 0.
+    Taken,
+    /// The target of the indirect jump/call at the instruction.
+    Target,
+}
+
+/// Which bytes of an instruction's memory access a data check covers.
+#[derive(Clone, Copy, Debug)]
+pub struct DataRef {
+    /// Index into `InsnView::accesses`.
+    pub access: usize,
+    /// Added to the effective address.
+    pub offset: i32,
+    /// Bytes (already clamped by the tool to its smallest line size).
+    pub size: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Op {
+    /// +1 per block execution, anywhere in the block.
+    CountBlock(*mut u64),
+    /// Extra entries (and, for repe/repne, iterations) of the rep instruction.
+    Rep {
+        insn: usize,
+        entries: *mut u64,
+        iterations: *mut u64,
+    },
+    Fetch {
+        insn: usize,
+        cache: MruCache,
+        helper: Helper,
+    },
+    Data {
+        insn: usize,
+        dref: DataRef,
+        cache: MruCache,
+        helper: Helper,
+    },
+    Call {
+        insn: usize,
+        helper: Helper,
+        arg1: CallArg,
+        arg2: u64,
+    },
+}
+
+// SAFETY: the raw pointers in `Op` point into cost arrays that live for the whole process
+// (`arena`); they are only embedded into generated code, never dereferenced here.
+unsafe impl Send for Op {}
+
+/// Where a tool's requests for one block are collected.
+pub struct Instrumenter {
+    pub(crate) ops: Vec<Op>,
+    key: (u64, u64),
+    /// Where the translation will go (cost arrays are placed near it).
+    host: u64,
+}
+
+impl Instrumenter {
+    pub(crate) fn new(start: u64, end: u64, host: u64) -> Self {
+        Self {
+            ops: Vec::new(),
+            key: (start, end),
+            host,
+        }
+    }
+
+    /// The block's cost array of `n` zeroed `u64`s; the same array is returned when the same
+    /// guest block (start and end) is translated again. Valid for the rest of the process.
+    pub fn cost_array(&mut self, n: usize) -> *mut u64 {
+        arena::cost_array(self.key.0, self.key.1, n, self.host)
+    }
+
+    /// Adds 1 to `*counter` each time the block runs.
+    pub fn count_block(&mut self, counter: *mut u64) {
+        self.ops.push(Op::CountBlock(counter));
+    }
+
+    /// For a `rep` string instruction: adds to `*entries` each extra time the instruction is
+    /// entered (Valgrind counts one per iteration that continues plus the first), and for
+    /// `repe`/`repne` adds 1 to `*iterations` per iteration.
+    pub fn count_rep(&mut self, insn: usize, entries: *mut u64, iterations: *mut u64) {
+        self.ops.push(Op::Rep {
+            insn,
+            entries,
+            iterations,
+        });
+    }
+
+    /// Checks the fetch of instruction `insn` against the MRU way of `cache` inline and calls
+    /// `helper(arg0, addr, len)` when it is not an MRU hit.
+    pub fn fetch_check(&mut self, insn: usize, cache: MruCache, helper: Helper) {
+        self.ops.push(Op::Fetch {
+            insn,
+            cache,
+            helper,
+        });
+    }
+
+    /// Checks a data access of instruction `insn` against the MRU way of `cache` inline and
+    /// calls `helper(arg0, addr, size)` when it is not an MRU hit. For a `rep` instruction
+    /// the check runs once per iteration.
+    pub fn data_check(&mut self, insn: usize, dref: DataRef, cache: MruCache, helper: Helper) {
+        self.ops.push(Op::Data {
+            insn,
+            dref,
+            cache,
+            helper,
+        });
+    }
+
+    /// Calls `helper(arg0, arg1, arg2)` just before instruction `insn` runs.
+    pub fn call(&mut self, insn: usize, helper: Helper, arg1: CallArg, arg2: u64) {
+        self.ops.push(Op::Call {
+            insn,
+            helper,
+            arg1,
+            arg2,
+        });
+    }
+}
+
+fn flow_kind(insn: &Instruction, client_request: bool) -> FlowKind {
+    if client_request || matches!(insn.code(), Code::Syscall | Code::Cpuid) {
+        return FlowKind::Other;
+    }
+    match insn.flow_control() {
+        FlowControl::Next => FlowKind::Next,
+        FlowControl::UnconditionalBranch => FlowKind::Jump,
+        FlowControl::ConditionalBranch => FlowKind::CondBranch,
+        FlowControl::IndirectBranch => FlowKind::IndirectJump,
+        FlowControl::Call => FlowKind::Call,
+        FlowControl::IndirectCall => FlowKind::IndirectCall,
+        FlowControl::Return => FlowKind::Return,
+        _ => FlowKind::Other,
+    }
+}
+
+/// Instructions whose memory operand is no data access for Cachegrind.
+fn no_data_access(code: Code) -> bool {
+    use iced_x86::Mnemonic as M;
+    matches!(
+        code.mnemonic(),
+        M::Lea
+            | M::Nop
+            | M::Prefetch
+            | M::Prefetchw
+            | M::Prefetchnta
+            | M::Prefetcht0
+            | M::Prefetcht1
+            | M::Prefetcht2
+            | M::Prefetchwt1
+            | M::Clflush
+            | M::Clflushopt
+            | M::Clwb
+            | M::Cldemote
+            | M::Bndcl
+            | M::Bndcu
+            | M::Bndcn
+            | M::Bndmk
+    )
+}
+
+/// Builds the tool's view of a decoded block.
+pub(crate) fn block_view<'a>(
+    insns: &'a [Instruction],
+    client_requests: &[bool],
+    factory: &mut InstructionInfoFactory,
+) -> BlockView<'a> {
+    let start = insns.first().map_or(0, |i| i.ip());
+    let end = insns.last().map_or(start, |i| i.next_ip());
+    let views = insns
+        .iter()
+        .zip(client_requests)
+        .map(|(insn, &cr)| {
+            let mut accesses = Vec::new();
+            if !cr && !no_data_access(insn.code()) {
+                for m in factory.info(insn).used_memory() {
+                    let kind = match m.access() {
+                        OpAccess::Read | OpAccess::CondRead => AccessKind::Read,
+                        OpAccess::Write | OpAccess::CondWrite => AccessKind::Write,
+                        OpAccess::ReadWrite | OpAccess::ReadCondWrite => AccessKind::Modify,
+                        _ => continue,
+                    };
+                    accesses.push(MemAccess {
+                        kind,
+                        size: m.memory_size().size() as u32,
+                        vsib: m.vsib_size() != 0,
+                        seg: m.segment(),
+                        base: m.base(),
+                        index: m.index(),
+                        scale: m.scale(),
+                        displ: m.displacement(),
+                    });
+                }
+            }
+            let rep = if insn.is_string_instruction() {
+                if matches!(
+                    insn.code().mnemonic(),
+                    iced_x86::Mnemonic::Cmpsb
+                        | iced_x86::Mnemonic::Cmpsw
+                        | iced_x86::Mnemonic::Cmpsd
+                        | iced_x86::Mnemonic::Cmpsq
+                        | iced_x86::Mnemonic::Scasb
+                        | iced_x86::Mnemonic::Scasw
+                        | iced_x86::Mnemonic::Scasd
+                        | iced_x86::Mnemonic::Scasq
+                ) && (insn.has_repe_prefix() || insn.has_repne_prefix())
+                {
+                    RepKind::Cond
+                } else if insn.has_rep_prefix() {
+                    RepKind::Plain
+                } else {
+                    RepKind::None
+                }
+            } else {
+                RepKind::None
+            };
+            let locked = insn.has_lock_prefix()
+                || (insn.code().mnemonic() == iced_x86::Mnemonic::Xchg
+                    && (0..insn.op_count()).any(|i| insn.op_kind(i) == iced_x86::OpKind::Memory));
+            InsnView {
+                addr: insn.ip(),
+                len: insn.len() as u32,
+                insn,
+                accesses,
+                flow: flow_kind(insn, cr),
+                rep,
+                locked,
+                flags_read: insn.rflags_read(),
+                flags_written: insn.rflags_written()
+                    | insn.rflags_cleared()
+                    | insn.rflags_set()
+                    | insn.rflags_undefined(),
+                client_request: cr,
+            }
+        })
+        .collect();
+    BlockView {
+        start,
+        end,
+        insns: views,
+    }
+}
+
+/// The six arithmetic flags.
+const ARITH: u32 = RflagsBits::OF
+    | RflagsBits::SF
+    | RflagsBits::ZF
+    | RflagsBits::AF
+    | RflagsBits::CF
+    | RflagsBits::PF;
+
+/// Whether an instruction's flag writes may not happen (shift/rotate counts can be 0).
+fn writes_conditionally(insn: &Instruction) -> bool {
+    use iced_x86::Mnemonic as M;
+    matches!(
+        insn.code().mnemonic(),
+        M::Shl | M::Shr | M::Sar | M::Sal | M::Rol | M::Ror | M::Rcl | M::Rcr | M::Shld | M::Shrd
+    )
+}
+
+/// `live[i]`: whether the arithmetic flags are live just before instruction `i` (and
+/// `live[n]` at the block end, always true).
+pub(crate) fn flags_liveness(view: &BlockView) -> Vec<bool> {
+    let n = view.insns.len();
+    let mut live = vec![true; n + 1];
+    let mut cur = ARITH; // live set after the block: everything
+    for i in (0..n).rev() {
+        let v = &view.insns[i];
+        let killed = if writes_conditionally(v.insn) || v.flow != FlowKind::Next {
+            0
+        } else {
+            v.flags_written & ARITH
+        };
+        cur = (cur & !killed) | (v.flags_read & ARITH);
+        if v.rep != RepKind::None || v.client_request {
+            cur = ARITH;
+        }
+        live[i] = cur != 0;
+    }
+    live
+}
+
+/// Asks `tool` to instrument the decoded block and returns what to emit.
+pub(crate) fn plan_block(
+    insns: &[Instruction],
+    tool: &mut dyn crate::tool::Tool,
+    host: u64,
+) -> emit::Plan {
+    let crs: Vec<bool> = insns.iter().map(crate::clientreq::is_request).collect();
+    let mut factory = InstructionInfoFactory::new();
+    let view = block_view(insns, &crs, &mut factory);
+    let mut ins = Instrumenter::new(view.start, view.end, host);
+    if !insns.is_empty() {
+        tool.instrument(&view, &mut ins);
+    }
+    emit::Plan::new(&view, ins)
+}

@@ -1,0 +1,523 @@
+//! `--tool=cachegrind`: instruction counts (always), cache simulation (`--cache-sim=yes`) and
+//! branch prediction (`--branch-sim=yes`), written as `cachegrind.out.<pid>` with Valgrind's
+//! summary on the log.
+//!
+//! # How counts are kept
+//! Each block gets one cost array (`Instrumenter::cost_array`): slot 0 counts executions of
+//! the block; then `SLOTS` slots per instruction for what can only be known at run time
+//! (misses, mispredicts, `rep` entries and iterations). Ir, Dr, Dw, Bc and Bi are derived at
+//! the end from the execution count and what the instruction statically does.
+//!
+//! # Invariants
+//! * `instrument` is deterministic: it depends only on the block and the options (and on
+//!   whether instrumentation is on, which changes only together with a full discard).
+//! * The `extern "C"` routines below are called from translated code on the helper stack:
+//!   they touch only the global simulators and the cost slot they are given; no allocation,
+//!   lock, TLS or panic.
+//!
+//! Not done: Valgrind's IR-optimiser artefacts (dead loads dropped, the chase over-count) are
+//! not reproduced; what really executed is counted (see `docs/cachegrind.md`).
+pub mod modules;
+pub mod options;
+pub mod summary;
+
+use cachesim::{BranchPredictor, CacheLevel, Hierarchy};
+use dbt_core::tool::{
+    AccessKind, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper, InsnView,
+    Instrumenter, MruCache, RepKind, Tool,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+pub use options::OPTION_NAMES;
+
+/// Per-instruction slots: I1mr ILmr D1mr DLmr D1mw DLmw Bcm Bim rep-entries rep-iterations.
+const SLOTS: usize = 10;
+const S_I1MR: usize = 0;
+const S_D1MR: usize = 2;
+const S_D1MW: usize = 4;
+const S_BCM: usize = 6;
+const S_BIM: usize = 7;
+const S_REP_ENTRIES: usize = 8;
+const S_REP_ITERS: usize = 9;
+
+/// `CACHEGRIND_START_INSTRUMENTATION` / `STOP` (tool base 'C','G').
+pub const START_INSTRUMENTATION: u64 = 0x4347_0000;
+pub const STOP_INSTRUMENTATION: u64 = 0x4347_0001;
+
+static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
+static BP: AtomicPtr<BranchPredictor> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Adds the outcome (1 = L1 miss, 2 = LL miss too) to the two slots at `slot`.
+///
+/// # Safety
+/// `slot` points at two u64 slots of a live cost array.
+unsafe fn count_outcome(slot: u64, outcome: u32) {
+    let p = slot as *mut u64;
+    if outcome >= 1 {
+        // SAFETY: the caller guarantees two valid slots.
+        unsafe { *p += 1 };
+    }
+    if outcome >= 2 {
+        // SAFETY: as above.
+        unsafe { *p.add(1) += 1 };
+    }
+}
+
+extern "C" fn cg_fetch(slot: u64, addr: u64, size: u64) -> u64 {
+    let h = HIER.load(Ordering::Relaxed);
+    if h.is_null() {
+        return 0;
+    }
+    // SAFETY: HIER is set once, before any guest code runs, to a leaked Hierarchy used only by
+    // translated code (guest threads run one at a time); `slot` is a cost-array slot embedded
+    // at instrumentation.
+    unsafe { count_outcome(slot, cachesim::raw::cachesim_fetch(h, addr, size)) };
+    0
+}
+
+extern "C" fn cg_data(slot: u64, addr: u64, size: u64) -> u64 {
+    let h = HIER.load(Ordering::Relaxed);
+    if h.is_null() {
+        return 0;
+    }
+    // SAFETY: as in `cg_fetch`.
+    unsafe { count_outcome(slot, cachesim::raw::cachesim_data(h, addr, size)) };
+    0
+}
+
+extern "C" fn cg_cond(slot: u64, taken: u64, addr: u64) -> u64 {
+    let p = BP.load(Ordering::Relaxed);
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: BP is set once before guest code runs to a leaked predictor used only from
+    // translated code; `slot` is the instruction's Bcm slot.
+    unsafe {
+        *(slot as *mut u64) += u64::from(cachesim::raw::cachesim_cond_branch(p, addr, taken))
+    };
+    0
+}
+
+extern "C" fn cg_ind(slot: u64, target: u64, addr: u64) -> u64 {
+    let p = BP.load(Ordering::Relaxed);
+    if p.is_null() {
+        return 0;
+    }
+    // SAFETY: as in `cg_cond`; `slot` is the instruction's Bim slot.
+    unsafe {
+        *(slot as *mut u64) += u64::from(cachesim::raw::cachesim_ind_branch(p, addr, target))
+    };
+    0
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BranchKind {
+    None,
+    Cond,
+    Indirect,
+}
+
+/// What an instruction does on each execution (or each `rep` iteration).
+struct InsnStatic {
+    addr: u64,
+    dr: u64,
+    dw: u64,
+    rep: RepKind,
+    branch: BranchKind,
+}
+
+struct BlockRec {
+    costs: *mut u64,
+    insns: Vec<InsnStatic>,
+}
+
+// SAFETY: `costs` points into the process-lifetime cost arena; the tool is used under the
+// core lock only.
+unsafe impl Send for BlockRec {}
+
+struct Caches {
+    i1: MruCache,
+    d1: MruCache,
+    min_line: u64,
+    desc: Vec<String>,
+}
+
+pub struct Cachegrind {
+    opts: options::CgOptions,
+    caches: Option<Caches>,
+    quiet: bool,
+    instrumenting: bool,
+    blocks: HashMap<(u64, u64), BlockRec>,
+    modules: modules::Modules,
+    cmd: String,
+    cwd: std::path::PathBuf,
+}
+
+/// What the launcher prints after the banner.
+pub enum StartupLine {
+    /// `--PID-- ` line.
+    Debug(String),
+    /// `==PID== ` line.
+    User(String),
+}
+
+fn mru(flat: *const cachesim::FlatCache) -> MruCache {
+    // SAFETY: `flat` comes from `Hierarchy::flat_ptr_of` on a leaked, live hierarchy.
+    let f = unsafe { &*flat };
+    MruCache {
+        tags: f.tags_ptr() as u64,
+        set_mask: f.set_mask(),
+        line_bits: f.line_bits(),
+        assoc: f.assoc(),
+    }
+}
+
+impl Cachegrind {
+    pub const BANNER: [&'static str; 2] = [
+        "Cachegrind, a cache and branch-prediction profiler",
+        "Copyright (C) 2002-2017, and GNU GPL'd, by Nicholas Nethercote et al.",
+    ];
+
+    /// Builds the tool from its options; returns it and the lines to print after the banner,
+    /// or the error lines (Valgrind's) for a bad option or an unsupported cache.
+    pub fn new(
+        tool_options: &[(String, String)],
+        quiet: bool,
+        cmd: String,
+    ) -> Result<(Cachegrind, Vec<StartupLine>), Vec<String>> {
+        let opts = options::parse(tool_options).map_err(|e| e.0)?;
+        let mut lines = Vec::new();
+        let caches = if opts.cache_sim {
+            let detected = cachesim::detect_host();
+            let resolved = match detected.resolve(&opts.caches) {
+                Ok(r) => r,
+                Err(u) => {
+                    let mut l = u.warnings;
+                    l.extend(u.messages);
+                    return Err(l);
+                }
+            };
+            lines.extend(resolved.warnings.iter().cloned().map(StartupLine::Debug));
+            lines.extend(resolved.messages.iter().cloned().map(StartupLine::User));
+            let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll)
+                .map_err(|e| vec![format!("cache configuration not supported: {e}")])?;
+            let min_line = h.min_line_size();
+            let raw = Box::into_raw(h);
+            HIER.store(raw, Ordering::Relaxed);
+            Some(Caches {
+                i1: mru(Hierarchy::flat_ptr_of(raw, CacheLevel::I1)),
+                d1: mru(Hierarchy::flat_ptr_of(raw, CacheLevel::D1)),
+                min_line,
+                desc: vec![
+                    cachesim::cachegrind_desc_line(CacheLevel::I1, &resolved.i1),
+                    cachesim::cachegrind_desc_line(CacheLevel::D1, &resolved.d1),
+                    cachesim::cachegrind_desc_line(CacheLevel::LL, &resolved.ll),
+                ],
+            })
+        } else {
+            None
+        };
+        if opts.branch_sim {
+            BP.store(Box::into_raw(BranchPredictor::new()), Ordering::Relaxed);
+        }
+        let instrumenting = opts.instr_at_start;
+        Ok((
+            Cachegrind {
+                opts,
+                caches,
+                quiet,
+                instrumenting,
+                blocks: HashMap::new(),
+                modules: modules::Modules::default(),
+                cmd,
+                cwd: std::env::current_dir().unwrap_or_default(),
+            },
+            lines,
+        ))
+    }
+
+    fn events(&self) -> Vec<String> {
+        let mut e = vec!["Ir"];
+        if self.opts.cache_sim {
+            e.extend(["I1mr", "ILmr", "Dr", "D1mr", "DLmr", "Dw", "D1mw", "DLmw"]);
+        }
+        if self.opts.branch_sim {
+            e.extend(["Bc", "Bcm", "Bi", "Bim"]);
+        }
+        e.into_iter().map(String::from).collect()
+    }
+
+    /// Per-instruction costs (runtime address -> one count per event) and the totals.
+    fn collect(&self) -> (BTreeMap<u64, Vec<u64>>, summary::Totals) {
+        let n_events = self.events().len();
+        let mut costs: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        let mut t = summary::Totals::default();
+        for rec in self.blocks.values() {
+            // SAFETY: the cost array has 1 + SLOTS * insns.len() entries (allocated so in
+            // `instrument`) and lives for the whole process; no guest code runs now.
+            let arr = unsafe { std::slice::from_raw_parts(rec.costs, 1 + SLOTS * rec.insns.len()) };
+            let count = arr[0];
+            for (i, s) in rec.insns.iter().enumerate() {
+                let slot = &arr[1 + SLOTS * i..1 + SLOTS * (i + 1)];
+                let extra = slot[S_REP_ENTRIES];
+                let iters = slot[S_REP_ITERS];
+                let ir = count + extra;
+                let per = match s.rep {
+                    RepKind::None => count,
+                    RepKind::Plain => extra,
+                    RepKind::Cond => iters,
+                };
+                let (dr, dw) = (per * s.dr, per * s.dw);
+                let bc = match (s.branch, s.rep) {
+                    (BranchKind::Cond, _) => count,
+                    (_, RepKind::Plain) => ir,
+                    (_, RepKind::Cond) => ir + iters,
+                    _ => 0,
+                };
+                let bi = if s.branch == BranchKind::Indirect {
+                    count
+                } else {
+                    0
+                };
+                let mut v = vec![ir];
+                if self.opts.cache_sim {
+                    v.extend([slot[0], slot[1], dr, slot[2], slot[3], dw, slot[4], slot[5]]);
+                    t.i1mr += slot[0];
+                    t.ilmr += slot[1];
+                    t.dr += dr;
+                    t.d1mr += slot[2];
+                    t.dlmr += slot[3];
+                    t.dw += dw;
+                    t.d1mw += slot[4];
+                    t.dlmw += slot[5];
+                }
+                if self.opts.branch_sim {
+                    v.extend([bc, slot[S_BCM], bi, slot[S_BIM]]);
+                    t.bc += bc;
+                    t.bcm += slot[S_BCM];
+                    t.bi += bi;
+                    t.bim += slot[S_BIM];
+                }
+                t.ir += ir;
+                let e = costs.entry(s.addr).or_insert_with(|| vec![0; n_events]);
+                for (a, b) in e.iter_mut().zip(&v) {
+                    *a += b;
+                }
+            }
+        }
+        (costs, t)
+    }
+
+    fn write_profile(&mut self, costs: &BTreeMap<u64, Vec<u64>>) -> Result<(), String> {
+        self.modules.refresh();
+        let sym = dumper::Symbolizer::new(self.modules.infos());
+        let desc = self
+            .caches
+            .as_ref()
+            .map(|c| c.desc.clone())
+            .unwrap_or_default();
+        let profile =
+            dumper::CgProfile::from_costs(desc, self.cmd.clone(), self.events(), costs, &sym)
+                .map_err(|e| e.to_string())?;
+        let path = self
+            .opts
+            .out_file
+            .expand_in(&self.cwd, std::process::id(), |v| std::env::var(v).ok())
+            .map_err(|e| e.to_string())?;
+        profile.write_file(&path).map_err(|e| e.to_string())
+    }
+}
+
+/// The data references Cachegrind makes for access `k` of `v`: (what to simulate, is a
+/// write), plus how many extra reads count without simulation (the second, always-hitting
+/// read of a locked read-modify-write).
+fn data_refs(v: &InsnView, k: usize, min_line: u64) -> (Vec<(DataRef, bool)>, u64) {
+    use iced_x86::Mnemonic as M;
+    let a = v.accesses[k];
+    let clamp = |s: u64| s.clamp(1, min_line) as u32;
+    let one = |offset: i32, size: u64, write: bool| {
+        (
+            DataRef {
+                access: k,
+                offset,
+                size: clamp(size),
+            },
+            write,
+        )
+    };
+    let m = v.insn.mnemonic();
+    let state = |write: bool, ymm: bool| {
+        // x87 block (clamped), MXCSR, 16 XMM registers, then for XSAVE the YMM upper halves
+        // and the XSTATE_BV read-modify-write.
+        let mut r = vec![one(0, 160, write), one(24, 4, write)];
+        r.extend((0..16).map(|i| one(160 + 16 * i, 16, write)));
+        if ymm {
+            r.push(one(512, 8, false));
+            r.extend((0..16).map(|i| one(576 + 16 * i, 16, write)));
+        }
+        r
+    };
+    match m {
+        M::Fxsave | M::Fxsave64 => return (state(true, false), 0),
+        M::Fxrstor | M::Fxrstor64 => return (state(false, false), 0),
+        M::Xsave | M::Xsave64 | M::Xsavec | M::Xsavec64 | M::Xsaveopt | M::Xsaveopt64 => {
+            return (state(true, true), 0)
+        }
+        M::Xrstor | M::Xrstor64 => return (state(false, true), 0),
+        _ => {}
+    }
+    let size = u64::from(a.size);
+    match a.kind {
+        AccessKind::Read => (vec![one(0, size, false)], 0),
+        AccessKind::Write => (vec![one(0, size, true)], 0),
+        AccessKind::Modify => {
+            let cas_only = matches!(m, M::Cmpxchg | M::Cmpxchg8b | M::Cmpxchg16b);
+            let extra = u64::from(v.locked && !cas_only);
+            let size = if m == M::Cmpxchg16b { 16 } else { size };
+            (vec![one(0, size, false)], extra)
+        }
+    }
+}
+
+impl Tool for Cachegrind {
+    fn name(&self) -> &'static str {
+        "cachegrind"
+    }
+
+    fn instrument(&mut self, b: &BlockView, ins: &mut Instrumenter) {
+        if !self.instrumenting || b.insns.is_empty() {
+            return;
+        }
+        if !self.modules.covers(b.start) {
+            self.modules.refresh();
+        }
+        let costs = ins.cost_array(1 + SLOTS * b.insns.len());
+        ins.count_block(costs);
+        let mut statics = Vec::with_capacity(b.insns.len());
+        let mut last_line = None;
+        for (i, v) in b.insns.iter().enumerate() {
+            // SAFETY: the array has 1 + SLOTS * n entries; this is instruction i's first slot.
+            let slot = unsafe { costs.add(1 + SLOTS * i) };
+            let at = |s: usize| slot.wrapping_add(s);
+            if v.rep != RepKind::None {
+                ins.count_rep(i, at(S_REP_ENTRIES), at(S_REP_ITERS));
+            }
+            let (mut dr, mut dw) = (0, 0);
+            if let Some(c) = &self.caches {
+                let first = v.addr >> c.i1.line_bits;
+                let last = (v.addr + u64::from(v.len.max(1)) - 1) >> c.i1.line_bits;
+                if last_line != Some(first) || first != last {
+                    let h = Helper {
+                        func: cg_fetch,
+                        arg0: at(S_I1MR) as u64,
+                    };
+                    ins.fetch_check(i, c.i1, h);
+                }
+                last_line = Some(last);
+                for k in 0..v.accesses.len() {
+                    let (refs, extra_reads) = data_refs(v, k, c.min_line);
+                    dr += extra_reads;
+                    for (dref, write) in refs {
+                        let slot = if write { at(S_D1MW) } else { at(S_D1MR) };
+                        if write {
+                            dw += 1;
+                        } else {
+                            dr += 1;
+                        }
+                        let h = Helper {
+                            func: cg_data,
+                            arg0: slot as u64,
+                        };
+                        ins.data_check(i, dref, c.d1, h);
+                    }
+                }
+            }
+            let branch = match v.flow {
+                FlowKind::CondBranch => BranchKind::Cond,
+                FlowKind::IndirectJump | FlowKind::IndirectCall => BranchKind::Indirect,
+                _ => BranchKind::None,
+            };
+            if self.opts.branch_sim {
+                match branch {
+                    BranchKind::Cond => ins.call(
+                        i,
+                        Helper {
+                            func: cg_cond,
+                            arg0: at(S_BCM) as u64,
+                        },
+                        CallArg::Taken,
+                        v.addr,
+                    ),
+                    BranchKind::Indirect => ins.call(
+                        i,
+                        Helper {
+                            func: cg_ind,
+                            arg0: at(S_BIM) as u64,
+                        },
+                        CallArg::Target,
+                        v.addr,
+                    ),
+                    BranchKind::None => {}
+                }
+            }
+            statics.push(InsnStatic {
+                addr: v.addr,
+                dr,
+                dw,
+                rep: v.rep,
+                branch,
+            });
+        }
+        self.blocks.insert(
+            (b.start, b.end),
+            BlockRec {
+                costs,
+                insns: statics,
+            },
+        );
+    }
+
+    fn client_request(&mut self, args: &[u64; 6]) -> ClientReply {
+        let enable = match args[0] {
+            START_INSTRUMENTATION => true,
+            STOP_INSTRUMENTATION => false,
+            _ => return ClientReply::default(),
+        };
+        if enable == self.instrumenting {
+            let (name, state) = if enable {
+                ("START", "enabled")
+            } else {
+                ("STOP", "disabled")
+            };
+            crate::log::line(&format!(
+                "warning: CACHEGRIND_{name}_INSTRUMENTATION called, but instrumentation is already {state}"
+            ));
+            return ClientReply {
+                value: Some(0),
+                discard_translations: false,
+            };
+        }
+        self.instrumenting = enable;
+        ClientReply {
+            value: Some(0),
+            discard_translations: true,
+        }
+    }
+
+    fn fini(&mut self, reason: FiniReason) {
+        let (costs, totals) = self.collect();
+        if let Err(e) = self.write_profile(&costs) {
+            crate::log::line(&format!(
+                "error: cannot write the Cachegrind output file: {e}"
+            ));
+        }
+        if self.quiet || reason == FiniReason::Exec {
+            return;
+        }
+        crate::log::line("");
+        for l in summary::lines(&totals, self.opts.cache_sim, self.opts.branch_sim) {
+            crate::log::line(&l);
+        }
+    }
+}
