@@ -442,8 +442,15 @@ fn current_mask() -> u64 {
     old
 }
 
+/// Signals rgrind never lets the guest block on the host: its own time-slice signal, and
+/// SIGTRAP, which the handler's single-stepping raises (a blocked single-step trap makes the
+/// kernel kill the process).
+fn never_blocked() -> u64 {
+    bit(YIELD) | bit(libc::SIGTRAP as usize)
+}
+
 fn set_mask(mask: u64) {
-    let m = mask & !(bit(libc::SIGKILL as usize) | bit(libc::SIGSTOP as usize) | bit(YIELD));
+    let m = mask & !(bit(libc::SIGKILL as usize) | bit(libc::SIGSTOP as usize) | never_blocked());
     // SAFETY: sets this thread's mask from a value we own.
     unsafe {
         raw::syscall6(
@@ -715,7 +722,7 @@ pub fn sigprocmask(how: u64, set: u64, old: u64, size: u64) -> i64 {
             return -(libc::EFAULT as i64);
         }
         if how != libc::SIG_UNBLOCK as u64 {
-            new &= !bit(YIELD);
+            new &= !never_blocked();
         }
         &new as *const u64 as u64
     } else {
