@@ -121,6 +121,8 @@ pub struct ThreadContext {
     /// thread's helper stack, the guest rsp while a helper runs, the routine, its arguments,
     /// where to resume, saved flags and spill slots.
     pub helper_tramp: u64,
+    /// The lean trampoline for `Helper::integer_only` routines.
+    pub helper_tramp_int: u64,
     pub helper_stack: u64,
     pub helper_saved_rsp: u64,
     pub helper_fn: u64,
@@ -148,6 +150,7 @@ pub const OFF_SELF: usize = offset_of!(ThreadContext, self_addr);
 pub const OFF_HOST_MXCSR: usize = offset_of!(ThreadContext, host_mxcsr);
 pub const OFF_SCRATCH: usize = offset_of!(ThreadContext, scratch);
 pub const OFF_HELPER_TRAMP: usize = offset_of!(ThreadContext, helper_tramp);
+pub const OFF_HELPER_TRAMP_INT: usize = offset_of!(ThreadContext, helper_tramp_int);
 pub const OFF_HELPER_STACK: usize = offset_of!(ThreadContext, helper_stack);
 pub const OFF_HELPER_SAVED_RSP: usize = offset_of!(ThreadContext, helper_saved_rsp);
 pub const OFF_HELPER_FN: usize = offset_of!(ThreadContext, helper_fn);

@@ -30,6 +30,7 @@ const ARG2: i32 = OFF_HELPER_ARGS as i32 + 16;
 const HFN: i32 = OFF_HELPER_FN as i32;
 const HRET: i32 = OFF_HELPER_RET as i32;
 const TRAMP: i32 = OFF_HELPER_TRAMP as i32;
+const TRAMP_INT: i32 = OFF_HELPER_TRAMP_INT as i32;
 
 /// An out-of-line call reached from an inline check that failed.
 struct Slow {
@@ -521,8 +522,12 @@ fn helper_call(a: &mut Asm, helper: Helper, arg2: u64, back: DynamicLabel) {
         ; gs mov QWORD [HFN], rax
         ; lea rax, [=>back]
         ; gs mov QWORD [HRET], rax
-        ; gs jmp QWORD [TRAMP]
     );
+    if helper.integer_only {
+        dynasm!(a ; .arch x64 ; gs jmp QWORD [TRAMP_INT]);
+    } else {
+        dynasm!(a ; .arch x64 ; gs jmp QWORD [TRAMP]);
+    }
 }
 
 fn encode(a: &mut Asm, insn: &Instruction) -> Result<(), String> {

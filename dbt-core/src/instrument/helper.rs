@@ -95,8 +95,56 @@ core::arch::global_asm!(
     ret = const OFF_HELPER_RET,
 );
 
+// The lean variant for integer-only routines: no vector registers saved, no `cld` (the
+// routine uses no string instruction, so the guest's DF may stay), and the arithmetic flags
+// kept with lahf/seto instead of the slow popfq.
+core::arch::global_asm!(
+    ".globl rgrind_helper_call_int",
+    ".type rgrind_helper_call_int,@function",
+    "rgrind_helper_call_int:",
+    "mov gs:[{saved_rsp}], rsp",
+    "mov rsp, gs:[{stack}]",
+    "push rax",
+    "lahf",
+    "seto al",
+    "push rax",
+    "push rcx",
+    "push rdx",
+    "push rsi",
+    "push rdi",
+    "push r8",
+    "push r9",
+    "push r10",
+    "push r11",
+    "mov rdi, gs:[{args}]",
+    "mov rsi, gs:[{args} + 8]",
+    "mov rdx, gs:[{args} + 16]",
+    "call qword ptr gs:[{func}]",
+    "pop r11",
+    "pop r10",
+    "pop r9",
+    "pop r8",
+    "pop rdi",
+    "pop rsi",
+    "pop rdx",
+    "pop rcx",
+    "pop rax",
+    "add al, 0x7f",
+    "sahf",
+    "pop rax",
+    "mov rsp, gs:[{saved_rsp}]",
+    "jmp qword ptr gs:[{ret}]",
+    ".size rgrind_helper_call_int, . - rgrind_helper_call_int",
+    saved_rsp = const OFF_HELPER_SAVED_RSP,
+    stack = const OFF_HELPER_STACK,
+    args = const OFF_HELPER_ARGS,
+    func = const OFF_HELPER_FN,
+    ret = const OFF_HELPER_RET,
+);
+
 extern "C" {
     fn rgrind_helper_call();
+    fn rgrind_helper_call_int();
 }
 
 /// Fills in a new thread context's helper fields (trampoline address, a fresh helper stack).
@@ -119,5 +167,6 @@ pub fn init_context(ctx: &mut ThreadContext) -> bool {
     }
     ctx.helper_stack = p as u64 + HELPER_STACK_BYTES as u64;
     ctx.helper_tramp = rgrind_helper_call as *const () as usize as u64;
+    ctx.helper_tramp_int = rgrind_helper_call_int as *const () as usize as u64;
     true
 }

@@ -111,6 +111,11 @@ pub struct BlockView<'a> {
 pub struct Helper {
     pub func: extern "C" fn(u64, u64, u64) -> u64,
     pub arg0: u64,
+    /// The routine (and everything it calls) uses no vector or x87 register and no string
+    /// instruction: it is called through the lean trampoline, which saves neither vector
+    /// registers nor the direction flag. The project's tests check this on the rgrind binary
+    /// for every helper marked so (`tests/tests/all/helpers.rs`).
+    pub integer_only: bool,
 }
 
 /// The constants of a cache level's flat layout used by the inline MRU-way check: the tag

@@ -9,6 +9,7 @@
 mod bad_input;
 mod cachegrind;
 mod exit;
+mod helpers;
 mod loader;
 mod memory;
 mod options;

@@ -6,7 +6,16 @@ use rgrind_tests::{check_all, compare, guest_case, run, run_rgrind};
 
 #[test]
 fn thread_and_signal_guests_run_the_same_one_thread_at_a_time() {
-    let labels = ["threads", "threads-static", "spin", "sigs", "sigs-abort", "sigs-kill", "jit", "fork"];
+    let labels = [
+        "threads",
+        "threads-static",
+        "spin",
+        "sigs",
+        "sigs-abort",
+        "sigs-kill",
+        "jit",
+        "fork",
+    ];
     check_all(
         &labels,
         |l| (*l).to_owned(),

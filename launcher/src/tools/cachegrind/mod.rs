@@ -411,6 +411,7 @@ impl Tool for Cachegrind {
                     let h = Helper {
                         func: cg_fetch,
                         arg0: at(S_I1MR) as u64,
+                        integer_only: true,
                     };
                     ins.fetch_check(i, c.i1, h);
                 }
@@ -428,6 +429,7 @@ impl Tool for Cachegrind {
                         let h = Helper {
                             func: cg_data,
                             arg0: slot as u64,
+                            integer_only: true,
                         };
                         ins.data_check(i, dref, c.d1, h);
                     }
@@ -445,6 +447,7 @@ impl Tool for Cachegrind {
                         Helper {
                             func: cg_cond,
                             arg0: at(S_BCM) as u64,
+                            integer_only: true,
                         },
                         CallArg::Taken,
                         v.addr,
@@ -454,6 +457,7 @@ impl Tool for Cachegrind {
                         Helper {
                             func: cg_ind,
                             arg0: at(S_BIM) as u64,
+                            integer_only: true,
                         },
                         CallArg::Target,
                         v.addr,

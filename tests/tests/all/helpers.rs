@@ -1,0 +1,111 @@
+//! Out-of-line routines that translated code calls through the lean trampoline
+//! (`Helper::integer_only`) must not touch vector or x87 registers and must not use string
+//! instructions: that trampoline saves neither vector registers nor the direction flag. This
+//! test disassembles them, and every function they call, in the rgrind binary itself.
+
+use iced_x86::{Decoder, DecoderOptions, FlowControl, Instruction, Register};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable};
+use std::collections::{BTreeMap, HashSet};
+
+/// Functions marked integer-only in the tools (demangled path suffixes).
+const INTEGER_ONLY: &[&str] = &[
+    "cachegrind::cg_fetch",
+    "cachegrind::cg_data",
+    "cachegrind::cg_cond",
+    "cachegrind::cg_ind",
+];
+
+fn bad_register(r: Register) -> bool {
+    r.is_xmm() || r.is_ymm() || r.is_zmm() || r.is_k() || r.is_st() || r.is_mm()
+}
+
+fn offending(insn: &Instruction) -> Option<String> {
+    if insn.is_string_instruction() {
+        return Some("string instruction".into());
+    }
+    for i in 0..insn.op_count() {
+        if insn.op_kind(i) == iced_x86::OpKind::Register && bad_register(insn.op_register(i)) {
+            return Some(format!("uses {:?}", insn.op_register(i)));
+        }
+    }
+    None
+}
+
+#[test]
+fn integer_only_helpers_use_no_vector_registers_or_string_instructions() {
+    let exe = rgrind_tests::rgrind();
+    let data = std::fs::read(&exe).unwrap_or_else(|e| panic!("read {}: {e}", exe.display()));
+    let file = object::File::parse(&*data).unwrap_or_else(|e| panic!("parse rgrind: {e}"));
+    let text = file.section_by_name(".text").expect("rgrind has .text");
+    let (text_addr, text_bytes) = (text.address(), text.data().expect(".text data"));
+    // Calls to exported functions go through the GOT: slot address -> function address.
+    let mut got: BTreeMap<u64, u64> = BTreeMap::new();
+    for (slot, rel) in file.dynamic_relocations().into_iter().flatten() {
+        let target = match rel.target() {
+            object::RelocationTarget::Symbol(i) => file
+                .dynamic_symbol_table()
+                .and_then(|t| t.symbol_by_index(i).ok())
+                .map(|s| s.address()),
+            object::RelocationTarget::Absolute => Some(rel.addend() as u64),
+            _ => None,
+        };
+        if let Some(t) = target
+            .filter(|&t| t != 0)
+            .or(Some(rel.addend() as u64).filter(|&a| a != 0))
+        {
+            got.insert(slot, t);
+        }
+    }
+    let mut by_addr: BTreeMap<u64, (String, u64)> = BTreeMap::new();
+    for s in file.symbols() {
+        if s.kind() == object::SymbolKind::Text && s.size() > 0 {
+            let name = format!("{:#}", rustc_demangle::demangle(s.name().unwrap_or("")));
+            by_addr.insert(s.address(), (name, s.size()));
+        }
+    }
+    for root in INTEGER_ONLY {
+        let start = by_addr
+            .iter()
+            .find(|(_, (n, _))| n.ends_with(root))
+            .map(|(&a, _)| a)
+            .unwrap_or_else(|| panic!("{root} not found in {}", exe.display()));
+        let mut todo = vec![start];
+        let mut seen = HashSet::new();
+        while let Some(addr) = todo.pop() {
+            if !seen.insert(addr) {
+                continue;
+            }
+            let (name, size) = by_addr
+                .get(&addr)
+                .cloned()
+                .unwrap_or_else(|| panic!("{root}: call to {addr:#x}, not a known function"));
+            let off = (addr - text_addr) as usize;
+            let bytes = &text_bytes[off..off + size as usize];
+            let mut dec = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
+            for insn in &mut dec {
+                if let Some(why) = offending(&insn) {
+                    panic!("{root}: {name} at {:#x}: {why}", insn.ip());
+                }
+                match insn.flow_control() {
+                    FlowControl::Call | FlowControl::UnconditionalBranch
+                        if !by_addr.get(&addr).is_some_and(|_| {
+                            (addr..addr + size).contains(&insn.near_branch_target())
+                        }) =>
+                    {
+                        todo.push(insn.near_branch_target());
+                    }
+                    FlowControl::IndirectCall | FlowControl::IndirectBranch
+                        if insn.is_ip_rel_memory_operand()
+                            && got.contains_key(&insn.ip_rel_memory_address()) =>
+                    {
+                        todo.push(got[&insn.ip_rel_memory_address()]);
+                    }
+                    FlowControl::IndirectCall => {
+                        panic!("{root}: {name} makes an indirect call at {:#x}", insn.ip())
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+}
