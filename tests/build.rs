@@ -49,6 +49,11 @@ const GUESTS: &[Guest] = &[
     g("insns-static", "insns.c", &["-static"]),
     g("cxx", "cxx.cpp", &[]),
     g("cxx-static", "cxx.cpp", &["-static"]),
+    g("sigs", "sigs.c", &[]),
+    g("sigs-static", "sigs.c", &["-static"]),
+    g("threads", "threads.c", &[]),
+    g("threads-static", "threads.c", &["-static"]),
+    g("jit", "jit.c", &[]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

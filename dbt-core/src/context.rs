@@ -59,6 +59,8 @@ pub struct IblEntry {
 pub const EXIT_ID_FIRST_SPECIAL: u32 = 0xffff_ff00;
 /// An indirect branch missed the IBL table; the guest target is in `ibl_target`.
 pub const EXIT_IBL_MISS: u32 = 0xffff_ff01;
+/// The signal handler took the thread out of translated code at `signal_rip`.
+pub const EXIT_SIGNAL: u32 = 0xffff_ff02;
 
 /// 64-byte aligned storage for XSAVE.
 #[repr(C, align(64))]
@@ -92,6 +94,25 @@ pub struct ThreadContext {
     /// MXCSR value rgrind's own code runs with.
     pub host_mxcsr: u32,
     pub _pad0: u32,
+    /// CLONE_CHILD_CLEARTID address of this guest thread (0: none).
+    pub clear_child_tid: u64,
+    /// The process's first thread (its exit must not return from `main`).
+    pub is_main_thread: bool,
+    /// Pending asynchronous guest signals (bit `sig - 1`), set by the host handler.
+    pub pending: core::sync::atomic::AtomicU64,
+    /// A synchronous fault to deliver before anything else (0: none).
+    pub sync_signal: u64,
+    /// Guest address where a signal took the thread out of translated code.
+    pub signal_rip: u64,
+    /// Non-zero while the host handler single-steps towards a block start.
+    pub stepping: u64,
+    /// The guest's alternate signal stack (size 0: none).
+    pub guest_ss_sp: u64,
+    pub guest_ss_size: u64,
+    /// rgrind's own alternate stack for its handler on this thread.
+    pub host_altstack: u64,
+    pub sync_info: [u8; 128],
+    pub pending_info: [[u8; 128]; crate::signal::NSIG],
     /// Spill slots for translated code.
     pub scratch: [u64; N_SCRATCH],
     /// Instrumentation (`crate::instrument`): the helper trampoline's address, the top of this
@@ -178,6 +199,13 @@ impl ThreadContext {
         Some(ctx)
     }
 
+    /// Unmaps a context made by `allocate`.
+    pub fn free(ctx: *mut ThreadContext) {
+        // SAFETY: `ctx` came from `allocate` (an mmap of exactly this size) and its thread no
+        // longer uses it.
+        unsafe { libc::munmap(ctx.cast(), core::mem::size_of::<ThreadContext>()) };
+    }
+
     /// Empties the IBL table (after translations were discarded).
     pub fn clear_ibl(&mut self) {
         for e in self.ibl.iter_mut() {
@@ -214,3 +242,21 @@ impl ThreadContext {
 /// State components saved and restored around rgrind's own code: x87, SSE, AVX, AVX-512
 /// (opmask, ZMM_Hi256, Hi16_ZMM). AMX and PKRU are left alone.
 pub const XSAVE_MASK_LO: u32 = 0xe7;
+
+/// Bytes of the XSAVE image for `XSAVE_MASK_LO` (standard format), from CPUID leaf 0xD.
+pub fn xsave_size() -> usize {
+    static SIZE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SIZE.get_or_init(|| {
+        let mut end = 512 + 64;
+        for i in 2..8u32 {
+            if XSAVE_MASK_LO & (1 << i) == 0 {
+                continue;
+            }
+            let r = core::arch::x86_64::__cpuid_count(0xd, i);
+            if r.eax != 0 {
+                end = end.max((r.ebx + r.eax) as usize);
+            }
+        }
+        end.min(XSAVE_BYTES)
+    })
+}

@@ -25,11 +25,29 @@ pub struct Process {
     pub brk_mapped: u64,
     pub brk_limit: u64,
     pub mappings: GuestRanges,
+    /// Guest memory that is currently writable: code translated from it gets an entry check
+    /// of its bytes (self-modifying code, JITs).
+    pub writable: GuestRanges,
     pub trace_children: bool,
     pub trace_syscalls: bool,
     /// How to run rgrind again on an exec'd program: rgrind's own exe and its options.
     pub rgrind_exe: PathBuf,
     pub rgrind_args: Vec<std::ffi::OsString>,
+}
+
+impl Process {
+    pub fn set_writable(&mut self, start: u64, end: u64, writable: bool) {
+        if writable {
+            self.writable.insert(start, end);
+        } else {
+            self.writable.remove(start, end);
+        }
+    }
+
+    /// Whether any byte of `[start, end)` is writable guest memory.
+    pub fn any_writable(&self, start: u64, end: u64) -> bool {
+        self.writable.gaps(start, end) != [(start, end)]
+    }
 }
 
 pub struct Core {
@@ -95,25 +113,29 @@ fn unreachable_exit() -> ! {
     std::process::abort()
 }
 
-/// A guest instruction raised `signal` natively. Until signal delivery is virtualised, the
-/// guest dies of it the way it would natively without a handler.
-pub fn guest_trap(ctx: &mut ThreadContext, signal: i32) -> ! {
+/// A guest instruction raises `signal` natively (`int3`, `ud2`, undecodable bytes...): deliver
+/// it like the kernel would. Without a guest handler the guest dies of it; for SIGILL rgrind
+/// first names the instruction, as Valgrind does.
+pub fn guest_trap(ctx: &mut ThreadContext, signal: i32, next: u64) {
     let rip = ctx.rip;
-    let mut buf = [0u8; 16];
-    let n = crate::translate::read_guest(rip, &mut buf);
-    let mut dec = iced_x86::Decoder::with_ip(64, &buf[..n], rip, iced_x86::DecoderOptions::NONE);
-    let insn = dec.decode();
-    let text = if insn.is_invalid() {
-        format!("bytes {:02x?}", &buf[..n.min(8)])
-    } else {
-        crate::translate::insn_text(&insn)
-    };
-    if signal == libc::SIGILL {
+    if signal == libc::SIGILL && !crate::signal::has_handler(signal as usize) {
+        let mut buf = [0u8; 16];
+        let n = crate::translate::read_guest(rip, &mut buf);
+        let mut dec =
+            iced_x86::Decoder::with_ip(64, &buf[..n], rip, iced_x86::DecoderOptions::NONE);
+        let insn = dec.decode();
+        let text = if insn.is_invalid() {
+            format!("bytes {:02x?}", &buf[..n.min(8)])
+        } else {
+            crate::translate::insn_text(&insn)
+        };
         eprintln!("rgrind: unhandled instruction `{text}` at guest address {rip:#x}");
-    } else {
-        eprintln!("rgrind: guest instruction `{text}` at {rip:#x} raised signal {signal}");
     }
-    die_by_signal(signal)
+    // int3 reports the address after it, like the kernel.
+    if signal == libc::SIGTRAP {
+        ctx.rip = next;
+    }
+    crate::signal::raise_sync(ctx, signal, rip);
 }
 
 /// Writes the profile, then ends the process by `signal`'s default action.
@@ -131,9 +153,4 @@ pub fn die_by_signal(signal: i32) -> ! {
         libc::syscall(libc::SYS_exit_group, 128 + signal);
     }
     unreachable_exit()
-}
-
-/// Guest threads are not supported yet: say so clearly and stop.
-pub fn unsupported_threads() -> ! {
-    fatal("the guest created a thread (clone with CLONE_THREAD); threads are not supported yet")
 }

@@ -23,7 +23,9 @@ pub mod dispatch;
 pub mod instrument;
 pub mod loader;
 mod run;
+pub mod signal;
 pub mod syscall;
+pub mod thread;
 pub mod tool;
 pub mod translate;
 

@@ -146,6 +146,11 @@ pub fn start(
             brk_mapped: loaded.brk_start,
             brk_limit: loaded.brk_limit,
             mappings,
+            writable: {
+                let mut w = crate::aspace::GuestRanges::default();
+                w.insert(loaded.stack_start, loaded.stack_end);
+                w
+            },
             trace_children: opts.trace_children,
             trace_syscalls: opts.trace_syscalls,
             rgrind_exe: opts.rgrind_exe.clone(),
@@ -163,5 +168,9 @@ pub fn start(
     ctx.rflags = 0x202;
     ctx.guest_fs = 0;
     ctx.init_xstate();
-    crate::dispatch::run_thread(ctx)
+    ctx.is_main_thread = true;
+    crate::signal::init();
+    crate::thread::register(ctx);
+    crate::dispatch::run_thread(ctx);
+    unreachable!("the main thread's exit does not return")
 }

@@ -604,6 +604,14 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("insns-static", "insns-static", &[]),
     gc("cxx", "cxx", &[]),
     gc("cxx-static", "cxx-static", &[]),
+    gc("sigs", "sigs", &[]),
+    gc("sigs-static", "sigs-static", &[]),
+    gc("sigs-abort", "sigs", &["abort"]),
+    gc("sigs-segv", "sigs", &["segv"]),
+    gc("sigs-kill", "sigs", &["kill"]),
+    gc("threads", "threads", &[]),
+    gc("threads-static", "threads-static", &[]),
+    gc("jit", "jit", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

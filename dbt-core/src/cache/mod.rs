@@ -42,6 +42,9 @@ pub enum ExitKind {
     /// An instruction that traps natively (`int3`, `ud2`, undecodable bytes, ...); `target` is
     /// its address and `signal` what the kernel would deliver.
     Trap { signal: i32, next: u64 },
+    /// The block's guest bytes changed since translation (entry check failed); `target` is the
+    /// block start, to retranslate.
+    SmcMismatch,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -57,6 +60,9 @@ pub struct ExitRecord {
 }
 
 pub struct Block {
+    /// Host offset (from `host`) and guest address of each guest instruction's first host
+    /// byte, in order: the points where host state equals guest state exactly.
+    pub insn_starts: Vec<(u32, u64)>,
     pub guest_start: u64,
     pub guest_end: u64,
     pub host: u64,
@@ -72,6 +78,8 @@ pub struct CodeCache {
     pub blocks: HashMap<u64, Block>,
     /// Blocks ordered by guest start, for range invalidation.
     by_start: BTreeMap<u64, u64>,
+    /// Translations ordered by host start (host start -> guest start), for mapping a host pc.
+    by_host: BTreeMap<u64, u64>,
     pub exits: Vec<ExitRecord>,
     /// Longest guest block seen, bounding range queries.
     max_guest_len: u64,
@@ -124,7 +132,30 @@ impl CodeCache {
     pub fn insert_block(&mut self, block: Block) {
         self.max_guest_len = self.max_guest_len.max(block.guest_end - block.guest_start);
         self.by_start.insert(block.guest_start, block.host);
+        self.by_host.insert(block.host, block.guest_start);
         self.blocks.insert(block.guest_start, block);
+    }
+
+    /// The guest instruction whose translation contains host address `pc`: its guest address,
+    /// and whether `pc` is exactly its first host byte (host state == guest state there).
+    pub fn guest_insn_at(&self, pc: u64) -> Option<(u64, bool)> {
+        let (_, &g) = self.by_host.range(..=pc).next_back()?;
+        let b = self.blocks.get(&g)?;
+        if pc >= b.host + b.host_len {
+            return None;
+        }
+        let off = (pc - b.host) as u32;
+        let i = b.insn_starts.partition_point(|&(o, _)| o <= off);
+        if i == 0 {
+            return Some((b.guest_start, false));
+        }
+        let (o, addr) = b.insn_starts[i - 1];
+        Some((addr, o == off))
+    }
+
+    /// The guest start of the block whose translation begins exactly at `pc`.
+    pub fn block_start_at(&self, pc: u64) -> Option<u64> {
+        self.by_host.get(&pc).copied()
     }
 
     pub fn add_exit(&mut self, rec: ExitRecord) -> u32 {
@@ -171,6 +202,7 @@ impl CodeCache {
         for g in &victims {
             self.by_start.remove(g);
             if let Some(b) = self.blocks.remove(g) {
+                self.by_host.remove(&b.host);
                 for id in b.incoming {
                     self.unchain(id);
                 }
@@ -186,6 +218,34 @@ impl CodeCache {
         }
         victims.len()
     }
+}
+
+/// Code-cache chunk ranges, readable without a lock (signal handlers ask whether a host pc
+/// is in translated code). Append-only: an entry is written before the count is published.
+static CHUNK_RANGES: [core::sync::atomic::AtomicU64; 2 * MAX_CHUNKS] =
+    [const { core::sync::atomic::AtomicU64::new(0) }; 2 * MAX_CHUNKS];
+static N_CHUNKS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+const MAX_CHUNKS: usize = 1024;
+
+fn publish_chunk(base: u64) {
+    use core::sync::atomic::Ordering;
+    let n = N_CHUNKS.load(Ordering::Acquire);
+    if n < MAX_CHUNKS {
+        CHUNK_RANGES[2 * n].store(base, Ordering::Relaxed);
+        CHUNK_RANGES[2 * n + 1].store(base + CHUNK_SIZE, Ordering::Relaxed);
+        N_CHUNKS.store(n + 1, Ordering::Release);
+    }
+}
+
+/// Whether `pc` lies in the code cache. Lock-free, async-signal-safe.
+pub fn in_code_cache(pc: u64) -> bool {
+    use core::sync::atomic::Ordering;
+    let n = N_CHUNKS.load(Ordering::Acquire);
+    (0..n).any(|i| {
+        let s = CHUNK_RANGES[2 * i].load(Ordering::Relaxed);
+        let e = CHUNK_RANGES[2 * i + 1].load(Ordering::Relaxed);
+        pc >= s && pc < e
+    })
 }
 
 /// Maps an RWX chunk within `NEAR` of `guest`, nearest first, if any such space is free.
@@ -225,5 +285,6 @@ fn mmap_rwx(hint: u64, extra: i32) -> Option<u64> {
     if p == libc::MAP_FAILED || (extra != 0 && p as u64 != hint) {
         return None;
     }
+    publish_chunk(p as u64);
     Some(p as u64)
 }

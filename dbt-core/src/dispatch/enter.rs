@@ -49,6 +49,8 @@ core::arch::global_asm!(
     "mov r15, [rdi + 120]",
     "mov rdi, [rdi + 56]",
     "jmp qword ptr gs:[{enter_target}]",
+    ".globl rgrind_enter_end",
+    "rgrind_enter_end:",
     ".size rgrind_enter, . - rgrind_enter",
     "",
     ".globl rgrind_exit",
@@ -106,11 +108,17 @@ core::arch::global_asm!(
 
 extern "C" {
     fn rgrind_enter(ctx: *mut ThreadContext);
+    fn rgrind_enter_end();
     fn rgrind_exit();
 }
 
+/// Whether `pc` is inside `rgrind_enter` (guest state is being loaded).
+pub fn in_enter(pc: u64) -> bool {
+    (rgrind_enter as *const () as u64..rgrind_enter_end as *const () as u64).contains(&pc)
+}
+
 pub fn exit_fn_addr() -> u64 {
-    rgrind_exit as usize as u64
+    rgrind_exit as *const () as u64
 }
 
 /// Runs translated code at `host` until it exits back; the exit is described by `ctx.exit_id`.

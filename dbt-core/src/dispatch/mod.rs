@@ -7,7 +7,7 @@
 //! * On return from `enter`, `ctx` holds the complete guest state.
 mod enter;
 
-pub use enter::{exit_fn_addr, fsgsbase_available, set_gs_base};
+pub use enter::{exit_fn_addr, fsgsbase_available, in_enter, set_gs_base};
 
 use crate::cache::ExitKind;
 use crate::context::*;
@@ -20,7 +20,15 @@ pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
     if let Some(b) = core.cache.blocks.get(&guest) {
         return b.host;
     }
-    match crate::translate::translate(&mut core.cache, &mut *core.tool, guest, &core.topts) {
+    let Core {
+        cache,
+        tool,
+        topts,
+        process,
+        ..
+    } = core;
+    let writable = |s: u64, e: u64| process.any_writable(s, e);
+    match crate::translate::translate(cache, &mut **tool, guest, topts, &writable) {
         Ok(host) => host,
         Err(e) => crate::core_state::fatal(&format!("{e}")),
     }
@@ -35,11 +43,17 @@ fn count(i: usize) {
     STATS[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Runs the calling thread's guest until it exits the process or thread.
-pub fn run_thread(ctx: &mut ThreadContext) -> ! {
+/// Runs the calling thread's guest until the guest thread exits (an exit of the whole
+/// process never returns).
+pub fn run_thread(ctx: &mut ThreadContext) {
     set_gs_base(ctx);
+    crate::signal::thread_init(ctx);
     let mut next_host: Option<u64> = None;
     loop {
+        if crate::signal::has_work(ctx) {
+            crate::signal::deliver_pending(ctx, None);
+            next_host = None;
+        }
         let host = match next_host.take() {
             Some(h) => h,
             None => {
@@ -50,7 +64,13 @@ pub fn run_thread(ctx: &mut ThreadContext) -> ! {
         // SAFETY: GS points at ctx (set above, and by the thread's creator); `host` is a live
         // translation returned under the lock; ctx holds the guest state.
         unsafe { enter::enter(ctx, host) };
+        // The trap flag is rgrind's (single-stepping towards a block start), not the guest's.
+        ctx.rflags &= !0x100;
         let id = ctx.exit_id as u32;
+        if id == EXIT_SIGNAL {
+            ctx.rip = ctx.signal_rip;
+            continue;
+        }
         if id == EXIT_IBL_MISS {
             count(0);
             let target = ctx.ibl_target;
@@ -76,7 +96,15 @@ pub fn run_thread(ctx: &mut ThreadContext) -> ! {
             ExitKind::Syscall => {
                 count(2);
                 ctx.rip = rec.target;
-                syscall::handle(ctx);
+                let nr = ctx.gpr[reg::RAX];
+                if !syscall::handle(ctx) {
+                    crate::signal::thread_exit(ctx);
+                    return;
+                }
+                if ctx.gpr[reg::RAX] as i64 == -(libc::EINTR as i64) && crate::signal::has_work(ctx)
+                {
+                    crate::signal::deliver_pending(ctx, Some(nr));
+                }
             }
             ExitKind::Cpuid => {
                 ctx.rip = rec.target;
@@ -86,9 +114,21 @@ pub fn run_thread(ctx: &mut ThreadContext) -> ! {
                 ctx.rip = rec.target;
                 crate::clientreq::handle(ctx, &mut core());
             }
-            ExitKind::Trap { signal, next: _ } => {
+            ExitKind::SmcMismatch => {
                 ctx.rip = rec.target;
-                crate::core_state::guest_trap(ctx, signal);
+                let mut c = core();
+                let end = c
+                    .cache
+                    .blocks
+                    .get(&rec.target)
+                    .map_or(rec.target + 1, |b| b.guest_end);
+                c.cache.invalidate(rec.target, end);
+                drop(c);
+                crate::thread::for_each_context(|t| t.clear_ibl());
+            }
+            ExitKind::Trap { signal, next } => {
+                ctx.rip = rec.target;
+                crate::core_state::guest_trap(ctx, signal, next);
             }
         }
     }

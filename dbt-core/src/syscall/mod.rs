@@ -45,6 +45,10 @@ enum Disposition {
     Exec,
     /// rseq, clone3: answered ENOSYS so glibc falls back, as under Valgrind.
     NoSys,
+    /// rt_sigaction, sigaltstack: guest dispositions are virtualised (see `crate::signal`).
+    Signal,
+    /// rt_sigreturn: reload the guest context from its signal frame.
+    SigReturn,
 }
 
 fn disposition(nr: u64) -> Disposition {
@@ -58,12 +62,15 @@ fn disposition(nr: u64) -> Disposition {
         libc::SYS_fork | libc::SYS_vfork | libc::SYS_clone => Clone,
         libc::SYS_execve | libc::SYS_execveat => Exec,
         libc::SYS_rseq | libc::SYS_clone3 => NoSys,
+        libc::SYS_rt_sigaction | libc::SYS_sigaltstack => Signal,
+        libc::SYS_rt_sigreturn => SigReturn,
         _ => Pass,
     }
 }
 
 /// Handles the guest system call described by `ctx` (rip already past the instruction).
-pub fn handle(ctx: &mut ThreadContext) {
+/// Returns false when the calling guest thread has ended.
+pub fn handle(ctx: &mut ThreadContext) -> bool {
     let nr = ctx.gpr[reg::RAX];
     let args = [
         ctx.gpr[reg::RDI],
@@ -78,11 +85,22 @@ pub fn handle(ctx: &mut ThreadContext) {
         Disposition::Brk => brk(args[0]),
         Disposition::Memory => memory(nr, args),
         Disposition::ArchPrctl => arch_prctl(ctx, args),
-        Disposition::Exit => exit(nr, args),
+        Disposition::Exit => {
+            exit(ctx, nr, args);
+            return false;
+        }
         Disposition::ProcSelf => proc_self(nr, args),
         Disposition::Clone => clone(ctx, nr, args),
         Disposition::Exec => exec(nr, args),
         Disposition::NoSys => -ENOSYS,
+        Disposition::Signal => match nr as i64 {
+            libc::SYS_rt_sigaction => crate::signal::sigaction(args[0], args[1], args[2], args[3]),
+            _ => crate::signal::sigaltstack(ctx, args[0], args[1]),
+        },
+        Disposition::SigReturn => {
+            crate::signal::sigreturn(ctx);
+            return true;
+        }
     };
     if core().process.trace_syscalls {
         eprintln!(
@@ -93,6 +111,7 @@ pub fn handle(ctx: &mut ThreadContext) {
     ctx.gpr[reg::RAX] = ret as u64;
     ctx.gpr[reg::RCX] = ctx.rip;
     ctx.gpr[reg::R11] = ctx.rflags;
+    true
 }
 
 fn pass(nr: u64, args: [u64; 6]) -> i64 {
@@ -121,6 +140,7 @@ fn brk(want: u64) -> i64 {
             return p.brk_cur as i64;
         }
         p.mappings.insert(p.brk_mapped, need);
+        p.writable.insert(p.brk_mapped, need);
         p.brk_mapped = need;
     } else if need < p.brk_mapped {
         // Shrinking gives the pages back and makes them inaccessible again, as natively.
@@ -136,6 +156,7 @@ fn brk(want: u64) -> i64 {
             )
         };
         p.mappings.remove(need, p.brk_mapped);
+        p.writable.remove(need, p.brk_mapped);
         p.brk_mapped = need;
     }
     p.brk_cur = want;
@@ -168,6 +189,8 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
                 let start = r as u64;
                 let end = start + page_up(len);
                 c.process.mappings.insert(start, end);
+                c.process
+                    .set_writable(start, end, a[2] as i32 & libc::PROT_WRITE != 0);
                 if fixed {
                     c.cache.invalidate(start, end);
                     clear_ibl_all();
@@ -193,11 +216,16 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
             }
             let r = pass(nr, a);
             if r == 0 {
-                let drop_code = nr as i64 == libc::SYS_munmap || a[2] as i32 & libc::PROT_EXEC == 0;
                 if nr as i64 == libc::SYS_munmap {
                     c.process.mappings.remove(addr, addr + len);
+                    c.process.set_writable(addr, addr + len, false);
+                } else {
+                    c.process
+                        .set_writable(addr, addr + len, a[2] as i32 & libc::PROT_WRITE != 0);
                 }
-                if drop_code && c.cache.invalidate(addr, addr + len) > 0 {
+                // Unmapped, no longer executable, or newly writable: translations made from
+                // this range are stale or would miss the checks writable code gets.
+                if c.cache.invalidate(addr, addr + len) > 0 {
                     clear_ibl_all();
                 }
             }
@@ -216,8 +244,12 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
             }
             let r = pass(nr, a);
             if r >= 0 {
+                let was_writable = c.process.any_writable(old, old + old_len);
                 c.process.mappings.remove(old, old + old_len);
+                c.process.set_writable(old, old + old_len, false);
                 c.process.mappings.insert(r as u64, r as u64 + new_len);
+                c.process
+                    .set_writable(r as u64, r as u64 + new_len, was_writable);
                 if c.cache.invalidate(old, old + old_len) > 0 {
                     clear_ibl_all();
                 }
@@ -227,14 +259,9 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
     }
 }
 
-/// Empties the IBL table of the calling thread (the only thread so far).
+/// Empties the IBL table of every guest thread (translations were discarded).
 fn clear_ibl_all() {
-    let addr: u64;
-    // SAFETY: GS base is this thread's ThreadContext while the dispatcher runs.
-    unsafe { core::arch::asm!("rdgsbase {}", out(reg) addr) };
-    // SAFETY: GS points at a live ThreadContext owned by this thread.
-    let ctx = unsafe { &mut *(addr as *mut ThreadContext) };
-    ctx.clear_ibl();
+    crate::thread::for_each_context(|ctx| ctx.clear_ibl());
 }
 
 const ARCH_SET_GS: u64 = 0x1001;
@@ -255,7 +282,7 @@ fn arch_prctl(ctx: &mut ThreadContext, a: [u64; 6]) -> i64 {
     }
 }
 
-fn write_guest_u64(addr: u64, v: u64) -> i64 {
+pub(crate) fn write_guest_u64(addr: u64, v: u64) -> i64 {
     let bytes = v.to_ne_bytes();
     let local = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
@@ -274,10 +301,14 @@ fn write_guest_u64(addr: u64, v: u64) -> i64 {
     }
 }
 
-fn exit(nr: u64, a: [u64; 6]) -> i64 {
+/// exit/exit_group; returns only when just this thread ended.
+fn exit(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) {
     let status = a[0] as i32;
-    // Single-threaded for now: exit of the only thread ends the process with its status.
-    let _ = nr;
+    if nr as i64 == libc::SYS_exit && crate::thread::live_threads() > 1 {
+        crate::thread::exit_current(ctx, status);
+        return;
+    }
+    // exit_group, or exit of the last thread: the process ends with this status.
     finish(FiniReason::Exit(status & 0xff));
     // SAFETY: exit_group never returns.
     unsafe { raw::syscall6(libc::SYS_exit_group as u64, [status as u64, 0, 0, 0, 0, 0]) };
@@ -397,10 +428,12 @@ fn memfd_with(bytes: &[u8]) -> i64 {
     }
 }
 
-const CLONE_VM: u64 = 0x100;
-const CLONE_VFORK: u64 = 0x4000;
-const CLONE_THREAD: u64 = 0x10000;
-const CLONE_SETTLS: u64 = 0x80000;
+pub(crate) const CLONE_VM: u64 = 0x100;
+pub(crate) const CLONE_VFORK: u64 = 0x4000;
+pub(crate) const CLONE_SETTLS: u64 = 0x80000;
+pub(crate) const CLONE_PARENT_SETTID: u64 = 0x100000;
+pub(crate) const CLONE_CHILD_CLEARTID: u64 = 0x200000;
+pub(crate) const CLONE_CHILD_SETTID: u64 = 0x1000000;
 
 fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     // clone(flags, newsp, parent_tid, child_tid, tls); fork and vfork are clone(SIGCHLD).
@@ -408,8 +441,8 @@ fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
         libc::SYS_clone => (a[0], a[1], a[2], a[3], a[4]),
         _ => (libc::SIGCHLD as u64, 0, 0, 0, 0),
     };
-    if flags & CLONE_THREAD != 0 {
-        return crate::core_state::unsupported_threads();
+    if flags & CLONE_VM != 0 && flags & CLONE_VFORK == 0 {
+        return crate::thread::spawn(ctx, flags, newsp, ptid, ctid, tls);
     }
     // A new process: vfork's shared memory and suspended parent become a plain fork, and the
     // child keeps rgrind's host stack (a copy), switching only the guest's stack and TLS.

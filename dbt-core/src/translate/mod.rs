@@ -420,6 +420,54 @@ impl Emitter {
         Ok(())
     }
 
+    /// Entry check for code in writable memory: compares the block's guest bytes with the ones
+    /// it was translated from and leaves through an `SmcMismatch` exit if they changed.
+    /// Flag-free: `lea` + `jrcxz` on 4-byte (or 1-byte, for short blocks) chunks.
+    fn smc_check(&mut self, guest: u64, bytes: &[u8]) {
+        let mismatch = self.ops.new_dynamic_label();
+        dynasm!(self.ops ; .arch x64 ; gs mov QWORD [S0], rcx);
+        let mut chunks: Vec<(u64, u32, bool)> = Vec::new();
+        if bytes.len() >= 4 {
+            let mut off = 0;
+            while off < bytes.len() {
+                let o = off.min(bytes.len() - 4);
+                let v = u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap_or([0; 4]));
+                chunks.push((guest + o as u64, v, false));
+                off += 4;
+            }
+        } else {
+            for (i, &b) in bytes.iter().enumerate() {
+                chunks.push((guest + i as u64, u32::from(b), true));
+            }
+        }
+        for (addr, v, byte) in chunks {
+            let neg = (v as i32).wrapping_neg();
+            let a = addr as i64;
+            if byte {
+                dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD a ; movzx ecx, BYTE [rcx]);
+            } else {
+                dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD a ; mov ecx, DWORD [rcx]);
+            }
+            dynasm!(self.ops
+                ; .arch x64
+                ; lea ecx, [rcx + neg]
+                ; jrcxz >same
+                ; jmp =>mismatch
+                ; same:
+            );
+        }
+        let done = self.ops.new_dynamic_label();
+        dynasm!(self.ops
+            ; .arch x64
+            ; gs mov rcx, QWORD [S0]
+            ; jmp =>done
+            ; =>mismatch
+            ; gs mov rcx, QWORD [S0]
+        );
+        self.jmp_exit(ExitKind::SmcMismatch, guest);
+        dynasm!(self.ops ; .arch x64 ; =>done);
+    }
+
     /// Emits the exit stubs and returns the pending records (patch offsets resolved).
     fn stubs(&mut self) {
         let exit_id = OFF_EXIT_ID as i32;
@@ -454,6 +502,7 @@ pub fn translate(
     tool: &mut dyn crate::tool::Tool,
     guest: u64,
     opts: &TranslateOptions,
+    writable: &dyn Fn(u64, u64) -> bool,
 ) -> Result<u64, TranslateError> {
     let mut buf = vec![0u8; MAX_BLOCK_BYTES];
     let n = read_guest(guest, &mut buf);
@@ -470,7 +519,7 @@ pub fn translate(
     let near = cache.reserve(guest, 4096).ok_or(TranslateError::CacheFull)?;
     let mut plan = crate::instrument::plan_block(&insns, tool, near);
     let bound =
-        256 + plan.code_bound() + insns.iter().map(|i| i.len() as u64 + 160).sum::<u64>();
+        512 + plan.code_bound() + insns.iter().map(|i| i.len() as u64 * 8 + 160).sum::<u64>();
     let host = cache
         .reserve(guest, bound)
         .ok_or(TranslateError::CacheFull)?;
@@ -482,8 +531,14 @@ pub fn translate(
     };
     let internal = |what: String| TranslateError::Internal { addr: guest, what };
     let mut guest_end = guest;
+    let code_end = insns.last().map_or(guest, |i| i.next_ip());
+    if code_end > guest && writable(guest, code_end) {
+        em.smc_check(guest, &buf[..(code_end - guest) as usize]);
+    }
+    let mut insn_starts = Vec::with_capacity(insns.len());
     for (i, insn) in insns.iter().enumerate() {
         guest_end = insn.next_ip();
+        insn_starts.push((em.off() as u32, insn.ip()));
         let bytes = &buf[(insn.ip() - guest) as usize..(insn.next_ip() - guest) as usize];
         let failed = |what: String| TranslateError::Internal {
             addr: insn.ip(),
@@ -538,6 +593,7 @@ pub fn translate(
         );
     }
     cache.insert_block(Block {
+        insn_starts,
         guest_start: guest,
         guest_end,
         host,

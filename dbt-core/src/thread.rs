@@ -1,0 +1,157 @@
+//! Guest threads: one host thread per guest thread, each with its own `ThreadContext`.
+//!
+//! A guest `clone` with CLONE_VM starts a host thread with `std::thread` (so rgrind's Rust code
+//! has working TLS there) and emulates what the kernel does for the guest: the new thread's
+//! registers are the parent's with rax = 0, the new stack and TLS; CLONE_PARENT_SETTID and
+//! CLONE_CHILD_SETTID store the thread id; CLONE_CHILD_CLEARTID is honoured at exit by clearing
+//! the word and waking its futex (what pthread_join waits for).
+//!
+//! # Invariants
+//! * Guest threads run in parallel; the `Core` lock is held only inside the dispatcher.
+//! * `CONTEXTS` lists the context of every live guest thread; a context is unlisted before it
+//!   is freed.
+//! * The child does not run guest code before the parent has stored its thread id.
+use crate::context::{reg, ThreadContext};
+use crate::syscall::{
+    raw, write_guest_u64, CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_PARENT_SETTID,
+    CLONE_SETTLS,
+};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Mutex};
+
+/// Addresses of the live threads' contexts.
+static CONTEXTS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// Host stack of a guest thread's host thread (rgrind's own frames only).
+const HOST_STACK: usize = 512 << 10;
+
+pub fn register(ctx: &ThreadContext) {
+    LIVE.fetch_add(1, Ordering::SeqCst);
+    CONTEXTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push(ctx as *const _ as usize);
+}
+
+pub fn live_threads() -> usize {
+    LIVE.load(Ordering::SeqCst)
+}
+
+/// Runs `f` on every live thread's context.
+pub fn for_each_context(mut f: impl FnMut(&mut ThreadContext)) {
+    for &addr in CONTEXTS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        // SAFETY: listed contexts are live (unlisted before being freed, under this lock); the
+        // callers only do idempotent table updates that tolerate a concurrent reader.
+        f(unsafe { &mut *(addr as *mut ThreadContext) });
+    }
+}
+
+fn gettid() -> u64 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { raw::syscall6(libc::SYS_gettid as u64, [0; 6]) as u64 }
+}
+
+struct SendPtr(usize);
+
+/// Starts a guest thread for `clone(flags, newsp, ptid, ctid, tls)`; returns the new thread's
+/// id to the parent (or -errno).
+pub fn spawn(
+    parent: &ThreadContext,
+    flags: u64,
+    newsp: u64,
+    ptid: u64,
+    ctid: u64,
+    tls: u64,
+) -> i64 {
+    let Some(child) = ThreadContext::allocate() else {
+        return -(libc::ENOMEM as i64);
+    };
+    child.gpr = parent.gpr;
+    child.gpr[reg::RAX] = 0;
+    if newsp != 0 {
+        child.gpr[reg::RSP] = newsp;
+    }
+    child.rflags = parent.rflags;
+    child.rip = parent.rip;
+    child.guest_fs = if flags & CLONE_SETTLS != 0 {
+        tls
+    } else {
+        parent.guest_fs
+    };
+    child.xsave_area.0.copy_from_slice(&parent.xsave_area.0);
+    child.clear_child_tid = if flags & CLONE_CHILD_CLEARTID != 0 {
+        ctid
+    } else {
+        0
+    };
+    let ptr = SendPtr(child as *mut ThreadContext as usize);
+    let (tid_tx, tid_rx) = mpsc::channel::<u64>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let spawned = std::thread::Builder::new()
+        .stack_size(HOST_STACK)
+        .spawn(move || {
+            let ptr = ptr;
+            // SAFETY: the context was allocated for this thread alone and lives until it exits.
+            let ctx = unsafe { &mut *(ptr.0 as *mut ThreadContext) };
+            let tid = gettid();
+            if flags & CLONE_CHILD_SETTID != 0 {
+                write_guest_u64_u32(ctid, tid);
+            }
+            let _ = tid_tx.send(tid);
+            let _ = go_rx.recv();
+            register(ctx);
+            crate::dispatch::run_thread(ctx);
+            // The guest thread has exited; free its context now that nothing refers to it.
+            ThreadContext::free(ptr.0 as *mut ThreadContext);
+        });
+    if spawned.is_err() {
+        return -(libc::EAGAIN as i64);
+    }
+    let Ok(tid) = tid_rx.recv() else {
+        return -(libc::EAGAIN as i64);
+    };
+    if flags & CLONE_PARENT_SETTID != 0 {
+        write_guest_u64_u32(ptid, tid);
+    }
+    let _ = go_tx.send(());
+    tid as i64
+}
+
+/// Thread ids are 32-bit words in guest memory.
+fn write_guest_u64_u32(addr: u64, v: u64) {
+    let mut cur = [0u8; 8];
+    if crate::translate::read_guest(addr, &mut cur) == 8 {
+        let mut w = u64::from_ne_bytes(cur);
+        w = (w & !0xffff_ffff) | (v & 0xffff_ffff);
+        let _ = write_guest_u64(addr, w);
+    }
+}
+
+/// Ends the calling guest thread (not the last one): honours CLONE_CHILD_CLEARTID and unlists
+/// the context. The dispatcher then returns; the host thread ends (and frees the context),
+/// except the main thread, which ends with a raw `exit` because returning from `main` would end
+/// the whole process.
+pub fn exit_current(ctx: &mut ThreadContext, status: i32) {
+    let addr = ctx as *mut ThreadContext as usize;
+    CONTEXTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|&a| a != addr);
+    LIVE.fetch_sub(1, Ordering::SeqCst);
+    let ctid = ctx.clear_child_tid;
+    if ctid != 0 {
+        write_guest_u64_u32(ctid, 0);
+        // SAFETY: FUTEX_WAKE on a guest address; the kernel validates it.
+        unsafe {
+            raw::syscall6(
+                libc::SYS_futex as u64,
+                [ctid, libc::FUTEX_WAKE as u64, 1, 0, 0, 0],
+            )
+        };
+    }
+    if ctx.is_main_thread {
+        // SAFETY: exit ends only this thread; nothing of it runs afterwards.
+        unsafe { raw::syscall6(libc::SYS_exit as u64, [status as u64, 0, 0, 0, 0, 0]) };
+    }
+}
