@@ -54,6 +54,7 @@ const GUESTS: &[Guest] = &[
     g("threads", "threads.c", &[]),
     g("threads-static", "threads.c", &["-static"]),
     g("jit", "jit.c", &[]),
+    g("spin", "spin.c", &[]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

@@ -106,6 +106,8 @@ pub struct ThreadContext {
     pub signal_rip: u64,
     /// Non-zero while the host handler single-steps towards a block start.
     pub stepping: u64,
+    /// Another thread asked for the run lock (time slice over).
+    pub yield_requested: u64,
     /// The guest's alternate signal stack (size 0: none).
     pub guest_ss_sp: u64,
     pub guest_ss_size: u64,
@@ -156,7 +158,7 @@ pub const OFF_INSTR_SCRATCH: usize = offset_of!(ThreadContext, instr_scratch);
 pub const OFF_XSAVE: usize = offset_of!(ThreadContext, xsave_area);
 pub const OFF_IBL: usize = offset_of!(ThreadContext, ibl);
 
-const _: () = assert!(OFF_XSAVE % 64 == 0);
+const _: () = assert!(OFF_XSAVE.is_multiple_of(64));
 const _: () = assert!(OFF_IBL + IBL_ENTRIES * 16 < i32::MAX as usize);
 // dispatch::enter hard-codes the gpr offsets (8 * register number).
 const _: () = assert!(OFF_GPR == 0);

@@ -82,6 +82,12 @@ pub fn finish(reason: FiniReason) {
     if !c.finished {
         c.finished = true;
         c.tool.fini(reason);
+        if let Ok(dir) = std::env::var("RGRIND_DUMP_CACHE") {
+            // Debugging aid (ARCHITECTURE.md): the translations, for offline disassembly.
+            if let Err(e) = c.cache.dump_chunks(std::path::Path::new(&dir)) {
+                eprintln!("--rgrind-- cannot dump the code cache to {dir}: {e}");
+            }
+        }
         if c.stats {
             eprintln!(
                 "--rgrind-- translations: {} blocks, {} exits",

@@ -23,6 +23,7 @@ pub mod dispatch;
 pub mod instrument;
 pub mod loader;
 mod run;
+pub mod runlock;
 pub mod signal;
 pub mod syscall;
 pub mod thread;

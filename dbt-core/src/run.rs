@@ -30,6 +30,8 @@ pub struct CoreOptions {
     pub max_block_insns: usize,
     /// Print dispatcher statistics at exit.
     pub stats: bool,
+    /// Run one guest thread at a time (required by instrumenting tools for exact counts).
+    pub serialise_threads: bool,
 }
 
 impl Default for CoreOptions {
@@ -44,6 +46,7 @@ impl Default for CoreOptions {
             rgrind_args: Vec::new(),
             max_block_insns: 60,
             stats: false,
+            serialise_threads: false,
         }
     }
 }
@@ -169,6 +172,9 @@ pub fn start(
     ctx.guest_fs = 0;
     ctx.init_xstate();
     ctx.is_main_thread = true;
+    if opts.serialise_threads {
+        crate::runlock::enable();
+    }
     crate::signal::init();
     crate::thread::register(ctx);
     crate::dispatch::run_thread(ctx);

@@ -26,6 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 pub const NSIG: usize = 65;
+const YIELD: usize = crate::runlock::YIELD_SIGNAL;
 const SIG_DFL: u64 = 0;
 const SIG_IGN: u64 = 1;
 const SA_SIGINFO: u64 = 4;
@@ -173,6 +174,10 @@ pub fn init() {
         if r != 0 {
             continue;
         }
+        if sig == YIELD {
+            install_host(sig, rgrind_sig_stub as *const () as u64);
+            continue;
+        }
         actions[sig] = KSigaction {
             handler: if old.handler == SIG_IGN {
                 SIG_IGN
@@ -264,9 +269,13 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
         uc.uc_mcontext.gregs[libc::REG_RIP as usize] = rgrind_exit_signal as *const () as i64;
         return;
     }
-    // Asynchronous (or sent by a process): queue it for this thread.
-    copy_info(&mut ctx.pending_info[sig], info);
-    ctx.pending.fetch_or(bit(sig), Ordering::SeqCst);
+    if sig == YIELD {
+        ctx.yield_requested = 1;
+    } else {
+        // Asynchronous (or sent by a process): queue it for this thread.
+        copy_info(&mut ctx.pending_info[sig], info);
+        ctx.pending.fetch_or(bit(sig), Ordering::SeqCst);
+    }
     if in_cache || crate::dispatch::in_enter(pc) {
         step_towards_boundary(ctx, uc, pc, in_cache);
     }
@@ -321,6 +330,10 @@ fn internal_crash(sig: usize, pc: u64, guest_rip: Option<u64>) -> ! {
 pub fn sigaction(sig: u64, act: u64, oldact: u64, sigsetsize: u64) -> i64 {
     let sig = sig as usize;
     if sigsetsize != 8 || sig == 0 || sig >= NSIG {
+        return -(libc::EINVAL as i64);
+    }
+    if sig == YIELD && act != 0 {
+        // Reserved by rgrind for time slicing between guest threads.
         return -(libc::EINVAL as i64);
     }
     if (sig as i32 == libc::SIGKILL || sig as i32 == libc::SIGSTOP) && act != 0 {
@@ -429,8 +442,15 @@ fn current_mask() -> u64 {
     old
 }
 
+/// Signals rgrind never lets the guest block on the host: its own time-slice signal, and
+/// SIGTRAP, which the handler's single-stepping raises (a blocked single-step trap makes the
+/// kernel kill the process).
+fn never_blocked() -> u64 {
+    bit(YIELD) | bit(libc::SIGTRAP as usize)
+}
+
 fn set_mask(mask: u64) {
-    let m = mask & !(bit(libc::SIGKILL as usize) | bit(libc::SIGSTOP as usize));
+    let m = mask & !(bit(libc::SIGKILL as usize) | bit(libc::SIGSTOP as usize) | never_blocked());
     // SAFETY: sets this thread's mask from a value we own.
     unsafe {
         raw::syscall6(
@@ -477,7 +497,7 @@ const SIGCONTEXT_GPRS: [usize; 16] = [
 
 /// Whether something is pending that `deliver_pending` would act on.
 pub fn has_work(ctx: &ThreadContext) -> bool {
-    if ctx.sync_signal != 0 {
+    if ctx.sync_signal != 0 || ctx.yield_requested != 0 {
         return true;
     }
     let pending = ctx.pending.load(Ordering::SeqCst);
@@ -489,6 +509,13 @@ pub fn has_work(ctx: &ThreadContext) -> bool {
 /// was in when the signal arrived, if it returned EINTR, to restart under SA_RESTART.
 pub fn deliver_pending(ctx: &mut ThreadContext, restart_nr: Option<u64>) {
     ctx.rflags &= !TF;
+    if ctx.yield_requested != 0 {
+        ctx.yield_requested = 0;
+        crate::runlock::release();
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+        crate::runlock::acquire();
+    }
     let (sig, info) = if ctx.sync_signal != 0 {
         let s = ctx.sync_signal as usize;
         ctx.sync_signal = 0;
@@ -685,4 +712,32 @@ pub fn raise_sync(ctx: &mut ThreadContext, sig: i32, addr: u64) {
     info[16..24].copy_from_slice(&addr.to_ne_bytes());
     ctx.sync_signal = sig as u64;
     ctx.sync_info = info;
+}
+
+/// Guest rt_sigprocmask: passed to the kernel with rgrind's private signal kept unblocked.
+pub fn sigprocmask(how: u64, set: u64, old: u64, size: u64) -> i64 {
+    let mut new = 0u64;
+    let set_ptr = if set != 0 {
+        if !read_guest_struct(set, &mut new) {
+            return -(libc::EFAULT as i64);
+        }
+        if how != libc::SIG_UNBLOCK as u64 {
+            new &= !never_blocked();
+        }
+        &new as *const u64 as u64
+    } else {
+        0
+    };
+    let mut prev = 0u64;
+    // SAFETY: both sets are our own 8-byte buffers.
+    let r = unsafe {
+        raw::syscall6(
+            libc::SYS_rt_sigprocmask as u64,
+            [how, set_ptr, &mut prev as *mut u64 as u64, size, 0, 0],
+        )
+    };
+    if r == 0 && old != 0 && !write_guest_struct(old, &prev) {
+        return -(libc::EFAULT as i64);
+    }
+    r
 }

@@ -151,6 +151,8 @@ pub fn exit_current(ctx: &mut ThreadContext, status: i32) {
         };
     }
     if ctx.is_main_thread {
+        crate::signal::thread_exit(ctx);
+        crate::runlock::release();
         // SAFETY: exit ends only this thread; nothing of it runs afterwards.
         unsafe { raw::syscall6(libc::SYS_exit as u64, [status as u64, 0, 0, 0, 0, 0]) };
     }

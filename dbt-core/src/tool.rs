@@ -8,8 +8,8 @@
 //! It gets a read-only [`BlockView`] of each block and an [`Instrumenter`] with a few
 //! primitives; code generation stays in the core.
 pub use crate::instrument::{
-    AccessKind, BlockView, CallArg, DataRef, FlowKind, Helper, InsnView, Instrumenter,
-    MemAccess, MruCache, RepKind,
+    AccessKind, BlockView, CallArg, DataRef, FlowKind, Helper, InsnView, Instrumenter, MemAccess,
+    MruCache, RepKind,
 };
 // Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
 pub use crate::instrument::calltrack::{thread_key, with_host_fs};

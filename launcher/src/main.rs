@@ -132,6 +132,7 @@ fn run(s: Settings) -> ! {
         single_step: s.single_step,
         chaining: s.chaining,
         stats: s.stats,
+        serialise_threads: s.fair_sched || s.tool != ToolName::None,
         trace_children: s.trace_children,
         rgrind_args: s.raw_options.clone(),
         ..Default::default()

@@ -2,12 +2,21 @@
 # Run Valgrind's own none/tests regression programs natively and under `rgrind --tool=none`.
 #
 # Fetches Debian's `valgrind` source package with `apt-get source` (adding deb-src entries
-# when apt has none), configures it, builds only the test programs (not Valgrind), then
-# runs each `.vgtest` program in none/tests, none/tests/{amd64,linux,amd64-linux,scripts}
-# twice natively and once under rgrind and compares stdout and exit status (vgrun.py).
+# when apt has none), configures it and builds only the test programs (not Valgrind; only
+# its VEX library, which libvex_test links, unless --no-vex). Then runs each `.vgtest`
+# program in none/tests and none/tests/{amd64,linux,amd64-linux,scripts} twice natively and
+# once under rgrind, and compares stdout and exit status (vgrun.py does the runs).
 #
 # Usage: scripts/vg-none-tests/run.sh [--rgrind PATH] [--only NAME,...] [--jobs N]
-#            [--timeout S] [--src DIR] [--log FILE] [--build-vex] [--no-build]
+#            [--timeout S] [--src DIR] [--log FILE] [--no-vex] [--no-build]
+#   --rgrind PATH   rgrind binary (default: target/release/rgrind of this checkout)
+#   --only A,B      run only these tests (name as printed, e.g. args or amd64/bug132918)
+#   --jobs N        tests run in parallel (default: number of CPUs)
+#   --timeout S     seconds per run before the program is killed (default 60)
+#   --src DIR       where the source package goes (default ~/.cache/rgrind/valgrind-src)
+#   --log FILE      details of every run (default ~/.cache/rgrind/vg-none-tests.log)
+#   --no-vex        do not build VEX (about 2 minutes once): libvex_test* are then skipped
+#   --no-build      use the tree as it is (no configure/make)
 # Exit status: 0 when no test failed, 1 when some failed, 2 on a setup error.
 set -euo pipefail
 
@@ -21,7 +30,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 timeout=60
 src="$cache/valgrind-src"
 log="$cache/vg-none-tests.log"
-build_vex=0
+build_vex=1
 build=1
 
 usage() {
@@ -44,7 +53,7 @@ while [ $# -gt 0 ]; do
         --src=*) src=${1#*=}; shift ;;
         --log) log=${2:?--log needs a file}; shift 2 ;;
         --log=*) log=${1#*=}; shift ;;
-        --build-vex) build_vex=1; shift ;;
+        --no-vex) build_vex=0; shift ;;
         --no-build) build=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) die "unknown option '$1' (see --help)" ;;
@@ -142,7 +151,12 @@ ensure_tools() {
 }
 
 # --- 3. the source tree (reused when present) ---------------------------------------------
-find_tree() { ls -d "$src"/valgrind-[0-9]*/ 2>/dev/null | sort -V | tail -1 | sed 's:/$::'; }
+find_tree() {
+    local d
+    for d in "$src"/valgrind-[0-9]*/; do
+        if [ -d "$d" ]; then printf '%s\n' "${d%/}"; fi
+    done | sort -V | tail -1
+}
 
 ensure_source() {
     tree=$(find_tree)
@@ -170,7 +184,7 @@ build_tests() {
         if [ "$build_vex" = 1 ]; then
             make -C "$tree/VEX" -j"$jobs" libvex-amd64-linux.a libvexmultiarch-amd64-linux.a
         fi
-        # none/tests and its platform subfolders. Without --build-vex, only libvex_test and
+        # none/tests and its platform subfolders. With --no-vex, libvex_test and
         # libvexmultiarch_test fail to link (they need Valgrind's VEX library): keep going.
         make -C "$tree/none/tests" -k -j"$jobs" check
         # bigcode.vgtest runs ../../perf/bigcode.

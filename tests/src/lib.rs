@@ -612,6 +612,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("threads", "threads", &[]),
     gc("threads-static", "threads-static", &[]),
     gc("jit", "jit", &[]),
+    gc("spin", "spin", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

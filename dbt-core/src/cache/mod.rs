@@ -129,6 +129,19 @@ impl CodeCache {
         }
     }
 
+    /// Writes each chunk's used bytes to `dir/chunk-<base>.bin` (for offline disassembly,
+    /// e.g. `objdump -D -b binary -m i386:x86-64 --adjust-vma=<base>`).
+    pub fn dump_chunks(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        for c in &self.chunks {
+            // SAFETY: [base, used) of a live chunk is initialised code bytes.
+            let bytes = unsafe {
+                core::slice::from_raw_parts(c.base as *const u8, (c.used - c.base) as usize)
+            };
+            std::fs::write(dir.join(format!("chunk-{:x}.bin", c.base)), bytes)?;
+        }
+        Ok(())
+    }
+
     pub fn insert_block(&mut self, block: Block) {
         self.max_guest_len = self.max_guest_len.max(block.guest_end - block.guest_start);
         self.by_start.insert(block.guest_start, block.host);

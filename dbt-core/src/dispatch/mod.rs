@@ -25,6 +25,7 @@ pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
         tool,
         topts,
         process,
+        tool,
         ..
     } = core;
     let writable = |s: u64, e: u64| process.any_writable(s, e);
@@ -48,6 +49,7 @@ fn count(i: usize) {
 pub fn run_thread(ctx: &mut ThreadContext) {
     set_gs_base(ctx);
     crate::signal::thread_init(ctx);
+    crate::runlock::acquire();
     let mut next_host: Option<u64> = None;
     loop {
         if crate::signal::has_work(ctx) {
@@ -99,6 +101,7 @@ pub fn run_thread(ctx: &mut ThreadContext) {
                 let nr = ctx.gpr[reg::RAX];
                 if !syscall::handle(ctx) {
                     crate::signal::thread_exit(ctx);
+                    crate::runlock::release();
                     return;
                 }
                 if ctx.gpr[reg::RAX] as i64 == -(libc::EINTR as i64) && crate::signal::has_work(ctx)
@@ -137,8 +140,7 @@ pub fn run_thread(ctx: &mut ThreadContext) {
 fn emulate_cpuid(ctx: &mut ThreadContext) {
     let leaf = ctx.gpr[reg::RAX] as u32;
     let sub = ctx.gpr[reg::RCX] as u32;
-    // SAFETY: cpuid is available on every x86-64 CPU.
-    let r = unsafe { core::arch::x86_64::__cpuid_count(leaf, sub) };
+    let r = core::arch::x86_64::__cpuid_count(leaf, sub);
     ctx.gpr[reg::RAX] = u64::from(r.eax);
     ctx.gpr[reg::RBX] = u64::from(r.ebx);
     ctx.gpr[reg::RCX] = u64::from(r.ecx);

@@ -198,7 +198,10 @@ impl Plan {
             return Ok(true);
         }
         let cond = f.rep == RepKind::Cond;
-        let repe = bytes.iter().take_while(|b| is_prefix(**b)).any(|&b| b == 0xf3);
+        let repe = bytes
+            .iter()
+            .take_while(|b| is_prefix(**b))
+            .any(|&b| b == 0xf3);
         // The instruction without its F2/F3 prefix.
         let mut single = Vec::with_capacity(bytes.len());
         let mut in_prefix = true;
@@ -456,7 +459,8 @@ fn target(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
         false,
         insn.segment_prefix(),
     );
-    let mov = Instruction::with2(Code::Mov_r64_rm64, Register::RAX, m).map_err(|e| e.to_string())?;
+    let mov =
+        Instruction::with2(Code::Mov_r64_rm64, Register::RAX, m).map_err(|e| e.to_string())?;
     encode(a, &mov)
 }
 
@@ -535,7 +539,9 @@ fn encode(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
 /// hold guest values); clobbers rcx for FS-relative accesses.
 fn effective_address(a: &mut Asm, acc: &MemAccess, offset: i32) -> Result<(), String> {
     let displ = acc.displ.wrapping_add(offset as i64 as u64);
-    if matches!(acc.base, Register::RIP | Register::EIP) || (acc.base == Register::None && acc.index == Register::None) {
+    if matches!(acc.base, Register::RIP | Register::EIP)
+        || (acc.base == Register::None && acc.index == Register::None)
+    {
         dynasm!(a ; .arch x64 ; mov rdx, QWORD displ as i64);
     } else {
         let index = if acc.vsib { Register::None } else { acc.index };
@@ -551,8 +557,21 @@ fn effective_address(a: &mut Asm, acc: &MemAccess, offset: i32) -> Result<(), St
         } else {
             acc.base
         };
-        let m = MemoryOperand::new(base, index, if index == Register::None { 1 } else { acc.scale }, disp, dsize, false, Register::None);
-        let lea = Instruction::with2(Code::Lea_r64_m, Register::RDX, m).map_err(|e| e.to_string())?;
+        let m = MemoryOperand::new(
+            base,
+            index,
+            if index == Register::None {
+                1
+            } else {
+                acc.scale
+            },
+            disp,
+            dsize,
+            false,
+            Register::None,
+        );
+        let lea =
+            Instruction::with2(Code::Lea_r64_m, Register::RDX, m).map_err(|e| e.to_string())?;
         encode(a, &lea)?;
         if dsize == 0 && d != 0 {
             // A displacement beyond rel32 (only with 32-bit wraparound forms): add it flag-free.
@@ -588,4 +607,3 @@ fn cc_number(cc: ConditionCode) -> Option<u8> {
         ConditionCode::None => return None,
     })
 }
-

@@ -49,6 +49,8 @@ enum Disposition {
     Signal,
     /// rt_sigreturn: reload the guest context from its signal frame.
     SigReturn,
+    /// rt_sigprocmask: rgrind's private signal stays unblocked.
+    Mask,
 }
 
 fn disposition(nr: u64) -> Disposition {
@@ -64,6 +66,7 @@ fn disposition(nr: u64) -> Disposition {
         libc::SYS_rseq | libc::SYS_clone3 => NoSys,
         libc::SYS_rt_sigaction | libc::SYS_sigaltstack => Signal,
         libc::SYS_rt_sigreturn => SigReturn,
+        libc::SYS_rt_sigprocmask => Mask,
         _ => Pass,
     }
 }
@@ -81,7 +84,14 @@ pub fn handle(ctx: &mut ThreadContext) -> bool {
         ctx.gpr[reg::R9],
     ];
     let ret = match disposition(nr) {
-        Disposition::Pass => pass(nr, args),
+        Disposition::Pass => {
+            // May block: let other guest threads run meanwhile.
+            crate::runlock::release();
+            let r = pass(nr, args);
+            crate::runlock::acquire();
+            r
+        }
+        Disposition::Mask => crate::signal::sigprocmask(args[0], args[1], args[2], args[3]),
         Disposition::Brk => brk(args[0]),
         Disposition::Memory => memory(nr, args),
         Disposition::ArchPrctl => arch_prctl(ctx, args),

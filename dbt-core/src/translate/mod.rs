@@ -213,10 +213,7 @@ fn cc_number(cc: ConditionCode) -> u8 {
 
 /// Memory operand of `insn` as a standalone operand (for `mov rdx, <it>`).
 fn memory_operand(insn: &Instruction) -> MemoryOperand {
-    let seg = match insn.segment_prefix() {
-        Register::None => Register::None,
-        s => s,
-    };
+    let seg = insn.segment_prefix();
     MemoryOperand::new(
         insn.memory_base(),
         insn.memory_index(),
@@ -258,7 +255,7 @@ impl Emitter {
 
     /// Pads with NOPs so that a rel32 starting `prefix` bytes from here is 4-byte aligned.
     fn align_rel32(&mut self, prefix: usize) {
-        while (self.host as usize + self.off() + prefix) % 4 != 0 {
+        while !(self.host as usize + self.off() + prefix).is_multiple_of(4) {
             self.ops.push(0x90);
         }
     }
@@ -303,14 +300,17 @@ impl Emitter {
     }
 
     /// Pushes the 64-bit guest return address without touching flags or registers.
+    ///
+    /// One 8-byte `push` through a borrowed rcx (restored after): the `ret` reads the slot with
+    /// one 8-byte load, which two 4-byte stores would keep from being store-forwarded.
     fn push_return_address(&mut self, ret: u64) {
-        let lo = ret as u32 as i32;
-        let hi = (ret >> 32) as u32 as i32;
+        let r = ret as i64;
         dynasm!(self.ops
             ; .arch x64
-            ; lea rsp, [rsp - 8]
-            ; mov DWORD [rsp], lo
-            ; mov DWORD [rsp + 4], hi
+            ; gs mov QWORD [S2], rcx
+            ; mov rcx, QWORD r
+            ; push rcx
+            ; gs mov rcx, QWORD [S2]
         );
     }
 
@@ -387,6 +387,8 @@ impl Emitter {
 
     /// Copies a RIP-relative instruction, re-encoded for its new address; if the data is out
     /// of rel32 reach, goes through a borrowed scratch register.
+    // dynasm's expansion of `Rq(reg)` converts a u8 to itself.
+    #[allow(clippy::useless_conversion)]
     fn rip_relative(&mut self, insn: &Instruction) -> Result<(), String> {
         if self.encode(insn).is_ok() {
             return Ok(());
@@ -516,8 +518,11 @@ pub fn translate(
             });
         }
     }
-    let near = cache.reserve(guest, 4096).ok_or(TranslateError::CacheFull)?;
+    let near = cache
+        .reserve(guest, 4096)
+        .ok_or(TranslateError::CacheFull)?;
     let mut plan = crate::instrument::plan_block(&insns, tool, near);
+    // Guest bytes x8 leaves room for a self-modifying-code entry check.
     let bound =
         512 + plan.code_bound() + insns.iter().map(|i| i.len() as u64 * 8 + 160).sum::<u64>();
     let host = cache

@@ -23,6 +23,7 @@ pub struct Settings {
     pub single_step: bool,
     pub chaining: bool,
     pub stats: bool,
+    pub fair_sched: bool,
     /// Tool options (`--name`, value), checked by the tool once it is chosen.
     pub tool_options: Vec<(String, String)>,
     /// The options exactly as given, to run rgrind again on exec'd programs.
@@ -148,6 +149,11 @@ const OPTIONS: &[Opt] = &[
         help: "debug: chain direct branches between blocks [yes]",
     },
     Opt {
+        name: "--fair-sched",
+        kind: Kind::Str,
+        help: "no|yes|try: run one guest thread at a time, in FIFO order (always so with cachegrind/callgrind) [no]",
+    },
+    Opt {
         name: "--stats",
         kind: Kind::Bool,
         help: "debug: print translation and dispatcher statistics at exit [no]",
@@ -189,6 +195,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
         single_step: false,
         chaining: true,
         stats: false,
+        fair_sched: false,
         tool_options: Vec::new(),
         raw_options: Vec::new(),
         program: OsString::new(),
@@ -235,6 +242,20 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             "--single-step" => s.single_step = parse_bool(&arg, v)?,
             "--chain" => s.chaining = parse_bool(&arg, v)?,
             "--stats" => s.stats = parse_bool(&arg, v)?,
+            "--fair-sched" => {
+                s.fair_sched = match v {
+                    "yes" | "try" => true,
+                    "no" => false,
+                    _ => {
+                        return Err(CliError::BadValue(
+                            arg.clone(),
+                            format!(
+                        "Invalid argument '{v}' for --fair-sched (should be 'no', 'yes' or 'try')"
+                    ),
+                        ))
+                    }
+                }
+            }
             _ => return Err(CliError::Unknown(arg.clone())),
         }
         s.raw_options.push(args[i - 1].clone());

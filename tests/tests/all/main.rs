@@ -7,12 +7,14 @@
 //! installed say so on stdout and pass.
 
 mod bad_input;
+mod cachegrind;
 mod exit;
 mod loader;
 mod memory;
 mod options;
 mod process;
 mod programs;
+mod serialised;
 mod startup;
 mod transparency;
 mod vs_valgrind;

@@ -23,8 +23,8 @@ pub mod summary;
 
 use cachesim::{BranchPredictor, CacheLevel, Hierarchy};
 use dbt_core::tool::{
-    AccessKind, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
-    InsnView, Instrumenter, MruCache, RepKind, Tool,
+    AccessKind, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper, InsnView,
+    Instrumenter, MruCache, RepKind, Tool,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -93,7 +93,9 @@ extern "C" fn cg_cond(slot: u64, taken: u64, addr: u64) -> u64 {
     }
     // SAFETY: BP is set once before guest code runs to a leaked predictor used only from
     // translated code; `slot` is the instruction's Bcm slot.
-    unsafe { *(slot as *mut u64) += u64::from(cachesim::raw::cachesim_cond_branch(p, addr, taken)) };
+    unsafe {
+        *(slot as *mut u64) += u64::from(cachesim::raw::cachesim_cond_branch(p, addr, taken))
+    };
     0
 }
 
@@ -103,7 +105,9 @@ extern "C" fn cg_ind(slot: u64, target: u64, addr: u64) -> u64 {
         return 0;
     }
     // SAFETY: as in `cg_cond`; `slot` is the instruction's Bim slot.
-    unsafe { *(slot as *mut u64) += u64::from(cachesim::raw::cachesim_ind_branch(p, addr, target)) };
+    unsafe {
+        *(slot as *mut u64) += u64::from(cachesim::raw::cachesim_ind_branch(p, addr, target))
+    };
     0
 }
 
@@ -196,9 +200,8 @@ impl Cachegrind {
             };
             lines.extend(resolved.warnings.iter().cloned().map(StartupLine::Debug));
             lines.extend(resolved.messages.iter().cloned().map(StartupLine::User));
-            let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll).map_err(|e| {
-                vec![format!("cache configuration not supported: {e}")]
-            })?;
+            let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll)
+                .map_err(|e| vec![format!("cache configuration not supported: {e}")])?;
             let min_line = h.min_line_size();
             let raw = Box::into_raw(h);
             HIER.store(raw, Ordering::Relaxed);
@@ -253,9 +256,7 @@ impl Cachegrind {
         for rec in self.blocks.values() {
             // SAFETY: the cost array has 1 + SLOTS * insns.len() entries (allocated so in
             // `instrument`) and lives for the whole process; no guest code runs now.
-            let arr = unsafe {
-                std::slice::from_raw_parts(rec.costs, 1 + SLOTS * rec.insns.len())
-            };
+            let arr = unsafe { std::slice::from_raw_parts(rec.costs, 1 + SLOTS * rec.insns.len()) };
             let count = arr[0];
             for (i, s) in rec.insns.iter().enumerate() {
                 let slot = &arr[1 + SLOTS * i..1 + SLOTS * (i + 1)];
@@ -507,7 +508,9 @@ impl Tool for Cachegrind {
     fn fini(&mut self, reason: FiniReason) {
         let (costs, totals) = self.collect();
         if let Err(e) = self.write_profile(&costs) {
-            crate::log::line(&format!("error: cannot write the Cachegrind output file: {e}"));
+            crate::log::line(&format!(
+                "error: cannot write the Cachegrind output file: {e}"
+            ));
         }
         if self.quiet || reason == FiniReason::Exec {
             return;

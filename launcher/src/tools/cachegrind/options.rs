@@ -65,8 +65,13 @@ pub fn parse(opts: &[(String, String)]) -> Result<CgOptions, OptionError> {
                 let Some((level, value)) = CacheLevel::split_option(&arg) else {
                     return Err(OptionError(vec![format!("Unknown option: {arg}")]));
                 };
-                let g = CacheGeometry::parse(value)
-                    .map_err(|e| OptionError(e.valgrind_lines(&arg)))?;
+                let g = CacheGeometry::parse(value).map_err(|e| {
+                    let mut lines = e.valgrind_lines(&arg);
+                    if !lines.first().is_some_and(|l| l.starts_with("Bad option")) {
+                        lines.insert(0, format!("Bad option: {arg}"));
+                    }
+                    OptionError(lines)
+                })?;
                 match level {
                     CacheLevel::I1 => o.caches.i1 = Some(g),
                     CacheLevel::D1 => o.caches.d1 = Some(g),

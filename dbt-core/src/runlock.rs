@@ -1,0 +1,125 @@
+//! The run lock: with an instrumenting tool, one guest thread runs at a time, like Valgrind,
+//! so per-block counters and the simulated caches are updated without races and the numbers
+//! are those of one serial execution. `--tool=none` runs threads in parallel (lock disabled).
+//!
+//! A thread holds the lock while it runs translated code or the dispatcher, and releases it
+//! around every system call passed to the kernel (which may block). The lock is a FIFO ticket
+//! lock; a waiter that has waited a whole time slice sends the holder `YIELD_SIGNAL`, whose
+//! handler takes the holder out of translated code at the next block start, where the
+//! dispatcher releases the lock and queues again.
+//!
+//! # Invariants
+//! * Lock order: the run lock before the `Core` lock, never the reverse.
+//! * `HOLDER` is the thread id of the holder (0: none).
+use crate::syscall::raw;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// rgrind's private signal for time slicing; the guest cannot use it.
+pub const YIELD_SIGNAL: usize = 64;
+/// How long a waiter waits before asking the holder to yield.
+const SLICE_NS: u64 = 10_000_000;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+static NEXT: AtomicU64 = AtomicU64::new(0);
+/// The ticket being served; waiters futex-wait on its low 32 bits.
+static SERVING: AtomicU32 = AtomicU32::new(0);
+static SERVING_FULL: AtomicU64 = AtomicU64::new(0);
+static HOLDER: AtomicU64 = AtomicU64::new(0);
+
+pub fn enable() {
+    ENABLED.store(true, Ordering::SeqCst);
+}
+
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+fn gettid() -> u64 {
+    // SAFETY: gettid cannot fail.
+    unsafe { raw::syscall6(libc::SYS_gettid as u64, [0; 6]) as u64 }
+}
+
+/// Takes the lock (no-op when disabled).
+pub fn acquire() {
+    if !enabled() {
+        return;
+    }
+    let ticket = NEXT.fetch_add(1, Ordering::SeqCst);
+    loop {
+        let serving = SERVING_FULL.load(Ordering::SeqCst);
+        if serving == ticket {
+            break;
+        }
+        let word = SERVING.load(Ordering::SeqCst);
+        if SERVING_FULL.load(Ordering::SeqCst) == ticket {
+            break;
+        }
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: SLICE_NS as i64,
+        };
+        // SAFETY: FUTEX_WAIT on our own static word with a timeout.
+        let r = unsafe {
+            raw::syscall6(
+                libc::SYS_futex as u64,
+                [
+                    SERVING.as_ptr() as u64,
+                    (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64,
+                    u64::from(word),
+                    &ts as *const _ as u64,
+                    0,
+                    0,
+                ],
+            )
+        };
+        if r == -(libc::ETIMEDOUT as i64) && SERVING_FULL.load(Ordering::SeqCst) == serving {
+            let holder = HOLDER.load(Ordering::SeqCst);
+            if holder != 0 {
+                // SAFETY: tgkill to a thread of this process with rgrind's private signal.
+                unsafe {
+                    raw::syscall6(
+                        libc::SYS_tgkill as u64,
+                        [
+                            std::process::id() as u64,
+                            holder,
+                            YIELD_SIGNAL as u64,
+                            0,
+                            0,
+                            0,
+                        ],
+                    )
+                };
+            }
+        }
+    }
+    HOLDER.store(gettid(), Ordering::SeqCst);
+}
+
+/// Gives the lock to the next waiter (no-op when disabled).
+pub fn release() {
+    if !enabled() {
+        return;
+    }
+    HOLDER.store(0, Ordering::SeqCst);
+    SERVING_FULL.fetch_add(1, Ordering::SeqCst);
+    SERVING.fetch_add(1, Ordering::SeqCst);
+    // SAFETY: FUTEX_WAKE on our own static word.
+    unsafe {
+        raw::syscall6(
+            libc::SYS_futex as u64,
+            [
+                SERVING.as_ptr() as u64,
+                (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64,
+                i32::MAX as u64,
+                0,
+                0,
+                0,
+            ],
+        )
+    };
+}
+
+/// Whether another thread waits for the lock.
+pub fn contended() -> bool {
+    enabled() && NEXT.load(Ordering::SeqCst) > SERVING_FULL.load(Ordering::SeqCst) + 1
+}

@@ -1,0 +1,84 @@
+//! `--tool=cachegrind`: exact per-instruction counts on a tiny assembly guest, the stderr
+//! summary layout.
+
+use rgrind_tests::{guest_case, run_rgrind, scratch_dir, End};
+use std::collections::BTreeMap;
+
+/// Runs `label` under cachegrind with `opts`; returns the outcome and the profile text.
+fn profile(label: &str, name: &str, opts: &[&str]) -> (rgrind_tests::Outcome, String) {
+    let out = scratch_dir().join(name);
+    let _ = std::fs::remove_file(&out);
+    let file_opt = format!("--cachegrind-out-file={}", out.display());
+    let mut all = vec!["--tool=cachegrind", file_opt.as_str()];
+    all.extend_from_slice(opts);
+    let o = run_rgrind(&all, &guest_case(label).cmd());
+    let text = std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", out.display(), o.describe()));
+    (o, text)
+}
+
+/// Cost lines of a profile: source line -> counts.
+fn lines(text: &str) -> BTreeMap<u32, Vec<u64>> {
+    text.lines()
+        .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+        .map(|l| {
+            let mut it = l.split(' ').map(|x| x.parse::<u64>().unwrap());
+            (it.next().unwrap() as u32, it.collect())
+        })
+        .collect()
+}
+
+#[test]
+fn tiny_counts_each_instruction_once() {
+    // tiny 1 2: argc = 3, so `jbe` skips the clamp at line 9: 14 instructions run.
+    let (o, text) = profile("tiny", "tiny.cg", &[]);
+    assert_eq!(o.end(), End::Exit(5), "{}", o.describe());
+    assert!(text.contains("\nevents: Ir\n"), "{text}");
+    let l = lines(&text);
+    let ir: BTreeMap<u32, u64> = l.iter().map(|(k, v)| (*k, v[0])).collect();
+    let want: BTreeMap<u32, u64> = [6, 7, 8, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20]
+        .into_iter()
+        .map(|n| (n, 1))
+        .collect();
+    assert_eq!(ir, want, "{text}");
+    assert!(text.ends_with("summary: 14\n"), "{text}");
+    assert!(
+        o.stderr_str().contains("== I   refs:      14\n"),
+        "{}",
+        o.describe()
+    );
+}
+
+#[test]
+fn tiny_data_and_branch_events() {
+    let (o, text) = profile(
+        "tiny",
+        "tiny-sim.cg",
+        &[
+            "--cache-sim=yes",
+            "--branch-sim=yes",
+            "--I1=32768,8,64",
+            "--D1=32768,8,64",
+            "--LL=8388608,16,64",
+        ],
+    );
+    assert_eq!(o.end(), End::Exit(5), "{}", o.describe());
+    let l = lines(&text);
+    // Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw Bc Bcm Bi Bim
+    assert_eq!(l[&6][3], 1, "mov (%rsp),%rax reads once: {text}");
+    assert_eq!(l[&6][4], 1, "the stack line is cold in D1: {text}");
+    assert_eq!(l[&12][6], 1, "mov %al,(%rdi) writes once: {text}");
+    assert_eq!(l[&8][9], 1, "jbe is one conditional branch: {text}");
+    assert_eq!(l[&6][1], 1, "the first fetch misses I1: {text}");
+    assert_eq!(l[&7][1], 0, "the next fetch in the same line hits: {text}");
+    let err = o.stderr_str();
+    for want in [
+        "== D   refs:",
+        "== D1  misses:",
+        "== LL refs:",
+        "== Branches:",
+        "== Mispred rate:",
+    ] {
+        assert!(err.contains(want), "missing {want:?}\n{}", o.describe());
+    }
+}
