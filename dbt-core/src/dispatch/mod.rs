@@ -22,7 +22,6 @@ pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
     }
     let Core {
         cache,
-        tool,
         topts,
         process,
         tool,
