@@ -68,7 +68,9 @@ extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
     dbt_core::tool::with_host_fs(|| {
         // SAFETY: see `runtime_and_thread`; `info` was leaked by `instrument`.
         if let Some((rt, t)) = unsafe { runtime_and_thread(key) } {
-            rt.setup(t, unsafe { &*(info as *const BlockInfo) }, sp);
+            // SAFETY: `info` is a BlockInfo leaked by `instrument`, never freed.
+            let bb = unsafe { &*(info as *const BlockInfo) };
+            rt.setup(t, bb, sp);
         }
     });
     0
@@ -217,10 +219,7 @@ impl Callgrind {
         let n = self.objs.len() as u32;
         let obj = *self.objs.entry(obj_name).or_insert(n);
         let nf = self.fns.len() as u32;
-        let fn_id = *self
-            .fn_map
-            .entry((obj, file, name.clone()))
-            .or_insert(nf);
+        let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
         if fn_id == nf {
             self.fns.push(FnNode { first_bb: b.start });
         }
@@ -385,7 +384,9 @@ impl Callgrind {
             f.write_all(&buf).map_err(|e| format!("{name}: {e}"))
         })();
         if let Err(e) = result {
-            crate::log::line(&format!("Error: can not write the Callgrind output file: {e}"));
+            crate::log::line(&format!(
+                "Error: can not write the Callgrind output file: {e}"
+            ));
         }
         self.dumps = part;
         self.bbs_done = rt.bb_executions;

@@ -200,7 +200,11 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
             }
             "--separate-threads" => o.separate_threads = parse_bool(n, v)?,
             "--separate-callers" => {
-                o.separate_callers = if v == "auto" { 0 } else { parse_num(n, v)? as u32 };
+                o.separate_callers = if v == "auto" {
+                    0
+                } else {
+                    parse_num(n, v)? as u32
+                };
             }
             "--separate-recs" => o.separate_recs = parse_num(n, v)? as u32,
             "--skip-plt" => o.skip_plt = parse_bool(n, v)?,
@@ -227,8 +231,8 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
                 let Some((level, value)) = CacheLevel::split_option(&arg) else {
                     return Err(OptionError(vec![format!("Unknown option: {arg}")]));
                 };
-                let g = CacheGeometry::parse(value)
-                    .map_err(|e| OptionError(e.valgrind_lines(&arg)))?;
+                let g =
+                    CacheGeometry::parse(value).map_err(|e| OptionError(e.valgrind_lines(&arg)))?;
                 match level {
                     CacheLevel::I1 => o.caches.i1 = Some(g),
                     CacheLevel::D1 => o.caches.d1 = Some(g),
@@ -295,7 +299,10 @@ mod tests {
 
     #[test]
     fn patterns() {
-        assert!(pattern_matches("_dl_runtime_resolve*", "_dl_runtime_resolve_xsave"));
+        assert!(pattern_matches(
+            "_dl_runtime_resolve*",
+            "_dl_runtime_resolve_xsave"
+        ));
         assert!(pattern_matches("f?b", "fib"));
         assert!(!pattern_matches("fib", "fib2"));
     }

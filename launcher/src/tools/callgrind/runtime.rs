@@ -100,7 +100,8 @@ struct Entry {
 /// One guest thread's call-tracking state.
 pub struct ThreadState {
     pub key: u64,
-    /// 1-based, in order of first execution.
+    /// 1-based, in order of first execution (`--separate-threads` file suffix, not yet used).
+    #[allow(dead_code)]
     pub tid: u32,
     stack: Vec<Entry>,
     fn_stack: Vec<u32>,
@@ -132,6 +133,8 @@ pub struct Runtime {
     bbcc_map: HashMap<(usize, u32, u32), u32>,
     pub jccs: Vec<Jcc>,
     jcc_map: HashMap<(u32, u32), u32>,
+    /// Boxed: the helper keeps a raw pointer to the running thread's state across pushes.
+    #[allow(clippy::vec_box)]
     pub threads: Vec<Box<ThreadState>>,
     pub bb_executions: u64,
     pub skip_direct_rec: bool,
