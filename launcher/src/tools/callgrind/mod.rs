@@ -255,6 +255,7 @@ impl Callgrind {
             flags,
             insn_addrs: b.insns.iter().map(|v| v.addr).collect(),
             rep,
+            last: std::cell::Cell::new((u32::MAX, u32::MAX, u32::MAX)),
         });
         let p = Box::into_raw(info) as *const BlockInfo;
         self.blocks.insert((b.start, b.end), p);

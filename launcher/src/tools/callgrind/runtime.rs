@@ -14,7 +14,36 @@
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
 //! switched to the returned-to function).
-use std::collections::HashMap;
+use std::cell::Cell;
+use std::collections::HashMap as StdHashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A multiply-xor hasher for the small integer keys of the hot-path tables (SipHash costs
+/// more than the rest of `setup` together).
+#[derive(Default)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type HashMap<K, V> = StdHashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// How a block ends, as Callgrind's jump kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +85,8 @@ pub struct BlockInfo {
     pub insn_addrs: Vec<u64>,
     /// `(instruction index, extra-entries counter)` of each `rep` instruction.
     pub rep: Vec<(usize, *mut u64)>,
+    /// Last `(context, recursion level, cost centre)` used for this block (Callgrind's LRU).
+    pub last: Cell<(u32, u32, u32)>,
 }
 
 /// A context: a function and (with `--separate-callers`) its callers, innermost first.
@@ -182,6 +213,16 @@ impl Runtime {
     }
 
     fn get_bbcc(&mut self, bb: &BlockInfo, cxt: u32, rec: u32) -> u32 {
+        let (lc, lr, lb) = bb.last.get();
+        if lc == cxt && lr == rec && lb != u32::MAX {
+            return lb;
+        }
+        let b = self.get_bbcc_slow(bb, cxt, rec);
+        bb.last.set((cxt, rec, b));
+        b
+    }
+
+    fn get_bbcc_slow(&mut self, bb: &BlockInfo, cxt: u32, rec: u32) -> u32 {
         let key = (bb as *const BlockInfo as usize, cxt, rec);
         if let Some(&b) = self.bbcc_map.get(&key) {
             return b;
