@@ -22,7 +22,12 @@ fn tool_output(tool: &str, args: &[&str]) -> Option<String> {
         eprintln!("{tool} not installed: skipping that check");
         return None;
     }
-    let o = Command::new(tool).args(args).output().expect("run tool");
+    // Run from / so the annotators do not strip the cwd prefix from file names.
+    let o = Command::new(tool)
+        .current_dir("/")
+        .args(args)
+        .output()
+        .expect("run tool");
     assert!(
         o.status.success(),
         "{tool} {args:?} failed: {}",
@@ -639,4 +644,57 @@ fn diff_and_merge() {
         "identical files have no differences: {d}"
     );
     let _ = Path::new(cl);
+}
+
+#[test]
+fn in_memory_module_like_the_vdso() {
+    let Some(vg) = common::valgrind_files() else {
+        return;
+    };
+    use object::{Object, ObjectSymbol};
+    let bytes = std::fs::read(&vg.exe).unwrap();
+    let file = object::File::parse(&bytes[..]).unwrap();
+    let fib = file.symbols().find(|s| s.name() == Ok("fib")).unwrap();
+    let bias = 0x7f00_0000_0000u64;
+    let sym = Symbolizer::new(vec![ModuleInfo::memory(
+        "[vdso]",
+        bias,
+        vec![(bias, bias + 0x10_0000)],
+        bytes.clone(),
+    )]);
+    let loc = sym.lookup(bias + fib.address() + 1);
+    assert_eq!(loc.object_name(), "[vdso]");
+    assert_eq!(loc.fn_name(), "fib");
+    assert_eq!(loc.offset, fib.address() + 1);
+    assert_eq!(loc.function_start, Some(bias + fib.address()));
+    assert!(
+        loc.file_name().ends_with("tests/c/prog.c"),
+        "{}",
+        loc.file_name()
+    );
+    assert_eq!(loc.line, 17);
+    // Unmapped addresses are ???.
+    let none = sym.lookup(0x1234);
+    assert_eq!(
+        (
+            none.object_name(),
+            none.fn_name(),
+            none.file_name(),
+            none.line
+        ),
+        ("???", "???", "???", 0)
+    );
+    assert!(sym.errors().is_empty());
+    // A module whose file is missing keeps its object name and reports the error.
+    let missing = Symbolizer::new(vec![ModuleInfo::file(
+        "/nonexistent/lib.so",
+        0,
+        vec![(0x1000, 0x2000)],
+    )]);
+    let l = missing.lookup(0x1800);
+    assert_eq!(
+        (l.object_name(), l.fn_name()),
+        ("/nonexistent/lib.so", "???")
+    );
+    assert_eq!(missing.errors().len(), 1);
 }

@@ -87,7 +87,24 @@ fn run(s: Settings) -> ! {
                 Err(lines) => fail(&lines),
             }
         }
-        ToolName::Callgrind => fail(&["--tool=callgrind is not implemented yet".to_string()]),
+        ToolName::Callgrind => {
+            let exe = s.program.to_string_lossy().into_owned();
+            let args = s
+                .program_args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            match tools::callgrind::Callgrind::new(&s.tool_options, s.quiet, exe, args) {
+                Ok((t, lines)) => {
+                    startup = lines
+                        .into_iter()
+                        .map(tools::cachegrind::StartupLine::User)
+                        .collect();
+                    (tools::callgrind::Callgrind::BANNER, Box::new(t))
+                }
+                Err(lines) => fail(&lines),
+            }
+        }
     };
     if !s.quiet {
         log::line(banner[0]);

@@ -18,6 +18,8 @@
 //!
 //! Not done here: deciding what to count (the tool does), or any tool state.
 pub mod arena;
+// Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
+pub mod calltrack;
 pub(crate) mod emit;
 pub mod helper;
 
@@ -137,6 +139,8 @@ pub enum CallArg {
     Taken,
     /// The target of the indirect jump/call at the instruction.
     Target,
+    /// The guest stack pointer before the instruction (Callgrind's call tracking).
+    Sp,
 }
 
 /// Which bytes of an instruction's memory access a data check covers.
