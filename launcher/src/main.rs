@@ -123,7 +123,9 @@ fn run(s: Settings) -> ! {
     for l in startup {
         match l {
             tools::cachegrind::StartupLine::Debug(t) => log::dline(&t),
-            tools::cachegrind::StartupLine::User(t) => log::line(&t),
+            // -q keeps warnings (as Valgrind does) and drops the rest.
+            tools::cachegrind::StartupLine::User(t) if !s.quiet => log::line(&t),
+            tools::cachegrind::StartupLine::User(_) => {}
         }
     }
     let opts = dbt_core::CoreOptions {

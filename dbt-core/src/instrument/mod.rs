@@ -12,7 +12,7 @@
 //!   boundary: it borrows registers through `gs:` slots and never touches the guest stack;
 //!   arithmetic flags are saved (`lahf`/`seto`) only where they are live.
 //! * Out-of-line routines run on the thread's helper stack (`helper::rgrind_helper_call`),
-//!   with every caller-saved general register, the flags and xmm0-15 preserved.
+//!   with every caller-saved general register, the flags and the extended state preserved.
 //! * Cost arrays (`Instrumenter::cost_array`) are keyed by the block's guest start and size;
 //!   a retranslated block gets the same array back, so no counts are lost.
 //!

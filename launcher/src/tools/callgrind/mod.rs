@@ -422,6 +422,7 @@ impl Tool for Callgrind {
             Helper {
                 func: clg_setup,
                 arg0: info as u64,
+                integer_only: false,
             },
             CallArg::Sp,
             0,
