@@ -16,8 +16,24 @@ fn fail(lines: &[String]) -> ! {
     std::process::exit(1);
 }
 
+/// `rgrind annotate|diff|merge ...`: the profile-file subcommands, done by the dumper.
+const SUBCOMMANDS: [&str; 3] = ["annotate", "diff", "merge"];
+
 fn main() {
+    // Rust's runtime ignores SIGPIPE; rgrind (`annotate | head`) and the guest get the default.
+    // SAFETY: signal() with SIG_DFL has no memory-safety preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some(name) = args
+        .first()
+        .and_then(|a| a.to_str())
+        .filter(|a| SUBCOMMANDS.contains(a))
+    {
+        match dumper::run_subcommand(name, &args[1..]) {
+            Ok(status) => std::process::exit(status),
+            Err(e) => fail(&[e.to_string()]),
+        }
+    }
     let settings = match cli::parse(&args) {
         Ok(Command::Run(s)) => s,
         Ok(Command::Help) => {
@@ -34,9 +50,6 @@ fn main() {
 }
 
 fn run(s: Settings) -> ! {
-    // Rust's runtime ignores SIGPIPE; the guest must start with the default disposition.
-    // SAFETY: signal() with SIG_DFL has no memory-safety preconditions.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let envp: Vec<CString> = std::env::vars_os()
         .map(|(k, v)| {
             let mut kv = k.as_bytes().to_vec();
