@@ -55,6 +55,7 @@ const GUESTS: &[Guest] = &[
     g("threads-static", "threads.c", &["-static"]),
     g("jit", "jit.c", &[]),
     g("spin", "spin.c", &[]),
+    g("vecstate", "vecstate.c", &[]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

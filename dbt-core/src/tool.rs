@@ -11,6 +11,8 @@ pub use crate::instrument::{
     AccessKind, BlockView, CallArg, DataRef, FlowKind, Helper, InsnView, Instrumenter, MemAccess,
     MruCache, RepKind,
 };
+// Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
+pub use crate::instrument::calltrack::{thread_key, with_host_fs};
 
 /// How the guest process is ending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

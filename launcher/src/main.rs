@@ -16,8 +16,24 @@ fn fail(lines: &[String]) -> ! {
     std::process::exit(1);
 }
 
+/// `rgrind annotate|diff|merge ...`: the profile-file subcommands, done by the dumper.
+const SUBCOMMANDS: [&str; 3] = ["annotate", "diff", "merge"];
+
 fn main() {
+    // Rust's runtime ignores SIGPIPE; rgrind (`annotate | head`) and the guest get the default.
+    // SAFETY: signal() with SIG_DFL has no memory-safety preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    if let Some(name) = args
+        .first()
+        .and_then(|a| a.to_str())
+        .filter(|a| SUBCOMMANDS.contains(a))
+    {
+        match dumper::run_subcommand(name, &args[1..]) {
+            Ok(status) => std::process::exit(status),
+            Err(e) => fail(&[e.to_string()]),
+        }
+    }
     let settings = match cli::parse(&args) {
         Ok(Command::Run(s)) => s,
         Ok(Command::Help) => {
@@ -34,9 +50,6 @@ fn main() {
 }
 
 fn run(s: Settings) -> ! {
-    // Rust's runtime ignores SIGPIPE; the guest must start with the default disposition.
-    // SAFETY: signal() with SIG_DFL has no memory-safety preconditions.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let envp: Vec<CString> = std::env::vars_os()
         .map(|(k, v)| {
             let mut kv = k.as_bytes().to_vec();
@@ -87,7 +100,24 @@ fn run(s: Settings) -> ! {
                 Err(lines) => fail(&lines),
             }
         }
-        ToolName::Callgrind => fail(&["--tool=callgrind is not implemented yet".to_string()]),
+        ToolName::Callgrind => {
+            let exe = s.program.to_string_lossy().into_owned();
+            let args = s
+                .program_args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            match tools::callgrind::Callgrind::new(&s.tool_options, s.quiet, exe, args) {
+                Ok((t, lines)) => {
+                    startup = lines
+                        .into_iter()
+                        .map(tools::cachegrind::StartupLine::User)
+                        .collect();
+                    (tools::callgrind::Callgrind::BANNER, Box::new(t))
+                }
+                Err(lines) => fail(&lines),
+            }
+        }
     };
     if !s.quiet {
         log::line(banner[0]);
@@ -106,7 +136,9 @@ fn run(s: Settings) -> ! {
     for l in startup {
         match l {
             tools::cachegrind::StartupLine::Debug(t) => log::dline(&t),
-            tools::cachegrind::StartupLine::User(t) => log::line(&t),
+            // -q keeps warnings (as Valgrind does) and drops the rest.
+            tools::cachegrind::StartupLine::User(t) if !s.quiet => log::line(&t),
+            tools::cachegrind::StartupLine::User(_) => {}
         }
     }
     let opts = dbt_core::CoreOptions {

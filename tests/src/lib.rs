@@ -613,6 +613,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("threads-static", "threads-static", &[]),
     gc("jit", "jit", &[]),
     gc("spin", "spin", &[]),
+    gc("vecstate", "vecstate", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

@@ -385,6 +385,8 @@ impl Plan {
             CallArg::Imm(v) => dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64),
             CallArg::Taken => taken(a, &insn)?,
             CallArg::Target => target(a, &insn)?,
+            // Callgrind (callgrind branch): the guest rsp, untouched so far.
+            CallArg::Sp => dynasm!(a ; .arch x64 ; mov rax, rsp),
         }
         dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
         let back = a.new_dynamic_label();

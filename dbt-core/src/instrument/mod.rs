@@ -12,12 +12,14 @@
 //!   boundary: it borrows registers through `gs:` slots and never touches the guest stack;
 //!   arithmetic flags are saved (`lahf`/`seto`) only where they are live.
 //! * Out-of-line routines run on the thread's helper stack (`helper::rgrind_helper_call`),
-//!   with every caller-saved general register, the flags and xmm0-15 preserved.
+//!   with every caller-saved general register, the flags and the extended state preserved.
 //! * Cost arrays (`Instrumenter::cost_array`) are keyed by the block's guest start and size;
 //!   a retranslated block gets the same array back, so no counts are lost.
 //!
 //! Not done here: deciding what to count (the tool does), or any tool state.
 pub mod arena;
+// Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
+pub mod calltrack;
 pub(crate) mod emit;
 pub mod helper;
 
@@ -137,6 +139,8 @@ pub enum CallArg {
     Taken,
     /// The target of the indirect jump/call at the instruction.
     Target,
+    /// The guest stack pointer before the instruction (Callgrind's call tracking).
+    Sp,
 }
 
 /// Which bytes of an instruction's memory access a data check covers.

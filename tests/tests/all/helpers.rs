@@ -109,3 +109,68 @@ fn integer_only_helpers_use_no_vector_registers_or_string_instructions() {
         }
     }
 }
+
+/// Instrumentation calls out-of-line routines in the middle of guest code: the guest's vector
+/// registers (ymm upper halves, zmm16, mask registers) must survive them under every tool.
+#[test]
+fn guest_vector_state_survives_instrumentation() {
+    let cases: &[&[&str]] = &[
+        &["--tool=cachegrind", "--cachegrind-out-file=/dev/null"],
+        &[
+            "--tool=cachegrind",
+            "--cache-sim=yes",
+            "--branch-sim=yes",
+            "--cachegrind-out-file=/dev/null",
+        ],
+        &["--tool=callgrind", "--callgrind-out-file=/dev/null"],
+    ];
+    let cmd = rgrind_tests::guest_case("vecstate").cmd();
+    let native = rgrind_tests::run(&cmd);
+    assert!(
+        native.stdout_str().contains("done"),
+        "native vecstate: {}",
+        native.stdout_str()
+    );
+    for opts in cases {
+        let mut all = vec!["-q"];
+        all.extend_from_slice(opts);
+        let out = rgrind_tests::run_rgrind(&all, &cmd);
+        assert_eq!(
+            out.stdout_str(),
+            native.stdout_str(),
+            "vecstate under {opts:?}"
+        );
+    }
+}
+
+/// Real programs under the instrumenting tools behave as natively (sqlite once computed a wrong
+/// result under callgrind when a helper clobbered AVX state).
+#[test]
+fn real_programs_run_the_same_under_the_tools() {
+    let programs: &[(&str, &[&str])] = &[
+        ("sqlite3", &[":memory:", "create table t(a,b); with recursive c(x) as (select 1 union all select x+1 from c where x<3000) insert into t select x, x*x from c; select count(*), sum(b) from t where a % 7 = 3;"]),
+        ("python3", &["-c", "import json; print(json.dumps({str(i): i*i for i in range(300)})[-40:])"]),
+    ];
+    for (prog, args) in programs {
+        let Some(path) = rgrind_tests::which(prog) else {
+            println!("skipping {prog}: not installed");
+            continue;
+        };
+        let cmd = rgrind_tests::Cmd::new(&path).args(args.iter().copied());
+        let native = rgrind_tests::run(&cmd);
+        for tool in [
+            ["--tool=cachegrind", "--cachegrind-out-file=/dev/null"],
+            ["--tool=callgrind", "--callgrind-out-file=/dev/null"],
+        ] {
+            let mut opts = vec!["-q"];
+            opts.extend_from_slice(&tool);
+            let out = rgrind_tests::run_rgrind(&opts, &cmd);
+            assert_eq!(
+                out.stdout_str(),
+                native.stdout_str(),
+                "{prog} under {tool:?}: stderr {}",
+                out.stderr_str()
+            );
+        }
+    }
+}

@@ -8,6 +8,7 @@
 
 mod bad_input;
 mod cachegrind;
+mod callgrind;
 mod exit;
 mod helpers;
 mod loader;

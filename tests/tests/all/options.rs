@@ -144,3 +144,44 @@ fn preamble_pid_is_the_guest_pid() {
         o.describe()
     );
 }
+
+/// `rgrind annotate FILE` reads a profile rgrind wrote and prints its totals; a missing file is
+/// one error line and a non-zero exit.
+#[test]
+fn annotate_subcommand_reads_a_cachegrind_file() {
+    let dir = rgrind_tests::scratch_dir();
+    let out = dir.join("annotate-me.out");
+    let file_opt = format!("--cachegrind-out-file={}", out.display());
+    let run = rgrind_tests::run_rgrind(
+        &["--tool=cachegrind", "-q", &file_opt],
+        &rgrind_tests::guest_case("hello").cmd(),
+    );
+    assert!(run.stdout_str().contains("hello"), "{}", run.stderr_str());
+    let text =
+        std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("read {}: {e}", out.display()));
+    let summary: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("summary: "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no summary in {text}"));
+    let ann = rgrind_tests::run(
+        &rgrind_tests::Cmd::new(rgrind_tests::rgrind())
+            .args(["annotate", &out.display().to_string()]),
+    );
+    let totals = ann
+        .stdout_str()
+        .lines()
+        .find(|l| l.contains("PROGRAM TOTALS"))
+        .map(|l| l.split_whitespace().next().unwrap_or("").replace(',', ""))
+        .unwrap_or_default();
+    assert_eq!(totals, summary.to_string(), "{}", ann.stdout_str());
+    let missing = rgrind_tests::run(
+        &rgrind_tests::Cmd::new(rgrind_tests::rgrind()).args(["annotate", "/nonexistent/file"]),
+    );
+    assert!(
+        missing.stderr_str().starts_with("rgrind: "),
+        "{}",
+        missing.stderr_str()
+    );
+    assert_eq!(missing.status.code(), Some(1), "{}", missing.stderr_str());
+}

@@ -1,0 +1,514 @@
+//! `--tool=callgrind`: call-graph profiling. Every executed block first calls `clg_setup`
+//! (Callgrind's `setup_bbcc`, see [`runtime`]) with the guest stack pointer; the routine
+//! charges the previous block, maintains the thread's shadow call stack and picks the cost
+//! centre of the new block. At the end (and on `CALLGRIND_DUMP_STATS`) the cost centres and
+//! arcs are written as `callgrind.out.<pid>` through the dumper.
+//!
+//! # Invariants
+//! * `instrument` is deterministic: a block's `BlockInfo` is created once per (start, end)
+//!   and reused by every retranslation.
+//! * `clg_setup` runs on the helper stack; it switches to rgrind's FS (`with_host_fs`) before
+//!   touching Rust state, and guest threads run one at a time, so the runtime is never used
+//!   from two threads at once.
+//!
+//! Not done yet: cache and branch simulation events (`--cache-sim=yes`/`--branch-sim=yes` are
+//! accepted but only Ir is collected), `--collect-jumps` lines, `--dump-every-bb`, signal
+//! frames. See `docs/callgrind.md`.
+pub mod options;
+pub mod runtime;
+
+use super::cachegrind::modules::Modules;
+use dbt_core::tool::{
+    BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, Instrumenter, RepKind, Tool,
+};
+use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext};
+use runtime::{BlockInfo, Exit, FnFlags, Runtime, ThreadState, Trigger};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+pub use options::accepts;
+
+/// Callgrind's client requests (tool base 'C','T').
+pub const DUMP_STATS: u64 = 0x4354_0000;
+pub const ZERO_STATS: u64 = 0x4354_0001;
+pub const TOGGLE_COLLECT: u64 = 0x4354_0002;
+pub const DUMP_STATS_AT: u64 = 0x4354_0003;
+pub const START_INSTRUMENTATION: u64 = 0x4354_0004;
+pub const STOP_INSTRUMENTATION: u64 = 0x4354_0005;
+
+static RT: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
+static LAST_KEY: AtomicU64 = AtomicU64::new(0);
+static LAST_THREAD: AtomicPtr<ThreadState> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The runtime and the running thread's state.
+///
+/// # Safety
+/// Only one guest thread runs at a time and the tool's hooks run with the guest stopped, so
+/// no two `&mut` to the runtime are live at once.
+unsafe fn runtime_and_thread(key: u64) -> Option<(&'static mut Runtime, &'static mut ThreadState)> {
+    let rt = RT.load(Ordering::Relaxed);
+    if rt.is_null() {
+        return None;
+    }
+    // SAFETY: RT is a leaked Box set once at startup; see the function's contract.
+    let rt = unsafe { &mut *rt };
+    let mut t = LAST_THREAD.load(Ordering::Relaxed);
+    if t.is_null() || LAST_KEY.load(Ordering::Relaxed) != key {
+        t = rt.thread(key);
+        LAST_KEY.store(key, Ordering::Relaxed);
+        LAST_THREAD.store(t, Ordering::Relaxed);
+    }
+    // SAFETY: thread states are boxed and never freed.
+    Some((rt, unsafe { &mut *t }))
+}
+
+/// Block-start routine: `info` is the block's leaked `BlockInfo`, `sp` the guest rsp.
+extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
+    let key = dbt_core::tool::thread_key();
+    dbt_core::tool::with_host_fs(|| {
+        // SAFETY: see `runtime_and_thread`; `info` was leaked by `instrument`.
+        if let Some((rt, t)) = unsafe { runtime_and_thread(key) } {
+            // SAFETY: `info` is a BlockInfo leaked by `instrument`, never freed.
+            let bb = unsafe { &*(info as *const BlockInfo) };
+            rt.setup(t, bb, sp);
+        }
+    });
+    0
+}
+
+/// Per-function data the tool keeps for naming and flags.
+struct FnNode {
+    first_bb: u64,
+}
+
+pub struct Callgrind {
+    opts: options::ClOptions,
+    quiet: bool,
+    instrumenting: bool,
+    blocks: HashMap<(u64, u64), *const BlockInfo>,
+    fns: Vec<FnNode>,
+    fn_map: HashMap<(u32, String, String), u32>,
+    objs: HashMap<String, u32>,
+    modules: Modules,
+    sym: Option<dumper::Symbolizer>,
+    exe: String,
+    args: Vec<String>,
+    cwd: std::path::PathBuf,
+    /// Dumps written so far (the next intermediate dump is `.N+1`).
+    dumps: u32,
+    bbs_done: u64,
+    base: Option<String>,
+}
+
+// SAFETY: the raw pointers are leaked BlockInfo values, only read; the tool is used under the
+// core lock.
+unsafe impl Send for Callgrind {}
+
+impl Callgrind {
+    pub const BANNER: [&'static str; 2] = [
+        "Callgrind, a call-graph generating cache profiler",
+        "Copyright (C) 2002-2017, and GNU GPL'd, by Josef Weidendorfer et al.",
+    ];
+
+    /// Builds the tool; returns it and the lines to print after the banner, or Valgrind's
+    /// error lines for a bad option.
+    pub fn new(
+        tool_options: &[(String, String)],
+        quiet: bool,
+        exe: String,
+        args: Vec<String>,
+    ) -> Result<(Callgrind, Vec<String>), Vec<String>> {
+        let opts = options::parse(tool_options).map_err(|e| e.0)?;
+        let mut rt = Runtime::default();
+        rt.skip_direct_rec = opts.skip_direct_rec;
+        rt.collect_atstart = opts.collect_atstart;
+        RT.store(Box::into_raw(Box::new(rt)), Ordering::Relaxed);
+        let instrumenting = opts.instr_atstart;
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let mut t = Callgrind {
+            opts,
+            quiet,
+            instrumenting,
+            blocks: HashMap::new(),
+            fns: Vec::new(),
+            fn_map: HashMap::new(),
+            objs: HashMap::new(),
+            modules: Modules::default(),
+            sym: None,
+            exe,
+            args,
+            cwd,
+            dumps: 0,
+            bbs_done: 0,
+            base: None,
+        };
+        // Callgrind creates the output file at startup (checks it is writable).
+        let base = t.base_name().map_err(|e| vec![e])?;
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .write(true)
+            .open(&base);
+        t.base = Some(base);
+        let lines = vec!["For interactive control, run 'callgrind_control -h'.".to_string()];
+        Ok((t, lines))
+    }
+
+    fn base_name(&self) -> Result<String, String> {
+        self.opts
+            .out_file
+            .expand_in(&self.cwd, std::process::id(), |v| std::env::var(v).ok())
+            .map(|p| p.to_string_lossy().into_owned())
+            .map_err(|e| e.to_string())
+    }
+
+    fn runtime(&self) -> Option<&'static mut Runtime> {
+        let rt = RT.load(Ordering::Relaxed);
+        // SAFETY: see `runtime_and_thread`: tool hooks run with the guest stopped.
+        (!rt.is_null()).then(|| unsafe { &mut *rt })
+    }
+
+    fn flags_for(&self, name: &str, plt: bool) -> FnFlags {
+        let m = |list: &[String]| list.iter().any(|p| options::pattern_matches(p, name));
+        let find = |list: &[(String, u32)]| {
+            list.iter()
+                .rev()
+                .find(|(p, _)| options::pattern_matches(p, name))
+                .map(|x| x.1)
+        };
+        let o = &self.opts;
+        FnFlags {
+            skip: (o.skip_plt && plt) || m(&o.fn_skip),
+            pop_on_jump: name.starts_with("_dl_runtime_resolve") || m(&o.pop_on_jump),
+            toggle_collect: m(&o.toggle_collect),
+            dump_before: m(&o.dump_before),
+            dump_after: m(&o.dump_after),
+            zero_before: m(&o.zero_before),
+            separate_recs: find(&o.recs_for).unwrap_or(o.separate_recs),
+            separate_callers: find(&o.callers_for).unwrap_or(o.separate_callers),
+        }
+    }
+
+    fn block_info(&mut self, b: &BlockView, ins: &mut Instrumenter) -> *const BlockInfo {
+        if let Some(&p) = self.blocks.get(&(b.start, b.end)) {
+            // The rep counters were allocated with the block; request them again.
+            // SAFETY: leaked BlockInfo.
+            let info = unsafe { &*p };
+            for &(i, ctr) in &info.rep {
+                ins.count_rep(i, ctr, ctr.wrapping_add(1));
+            }
+            return p;
+        }
+        if !self.modules.covers(b.start) {
+            self.modules.refresh();
+            self.sym = None;
+        }
+        let sym = self
+            .sym
+            .get_or_insert_with(|| dumper::Symbolizer::new(self.modules.infos()));
+        let loc = sym.lookup_fast(b.start);
+        let obj_name = loc.object_name().to_string();
+        let file = loc.file_name().to_string();
+        let name = loc
+            .function
+            .clone()
+            .unwrap_or_else(|| format!("0x{:016x}", loc.offset));
+        let plt = loc.section == dumper::symbols::SectionKind::Plt;
+        let sect = loc.section as u8;
+        let is_entry = loc.function_start == Some(b.start);
+        let n = self.objs.len() as u32;
+        let obj = *self.objs.entry(obj_name).or_insert(n);
+        let nf = self.fns.len() as u32;
+        let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
+        if fn_id == nf {
+            self.fns.push(FnNode { first_bb: b.start });
+        }
+        let flags = self.flags_for(&name, plt);
+        let last = b.insns.last();
+        let exit = match last.map(|v| v.flow) {
+            Some(FlowKind::Call | FlowKind::IndirectCall) => Exit::Call,
+            Some(FlowKind::Return) => Exit::Return,
+            _ => Exit::Other,
+        };
+        let n_rep = b.insns.iter().filter(|v| v.rep != RepKind::None).count();
+        let mut rep = Vec::new();
+        if n_rep > 0 {
+            let arr = ins.cost_array(2 * n_rep);
+            for (i, v) in b.insns.iter().enumerate() {
+                if v.rep != RepKind::None {
+                    let ctr = arr.wrapping_add(2 * rep.len());
+                    ins.count_rep(i, ctr, ctr.wrapping_add(1));
+                    rep.push((i, ctr));
+                }
+            }
+        }
+        let info = Box::new(BlockInfo {
+            addr: b.start,
+            last_insn: last.map_or(b.start, |v| v.addr),
+            end: b.end,
+            n_insns: b.insns.len() as u64,
+            exit,
+            is_entry,
+            obj,
+            sect,
+            fn_id,
+            flags,
+            insn_addrs: b.insns.iter().map(|v| v.addr).collect(),
+            rep,
+            last: std::cell::Cell::new((u32::MAX, u32::MAX, u32::MAX)),
+        });
+        let p = Box::into_raw(info) as *const BlockInfo;
+        self.blocks.insert((b.start, b.end), p);
+        p
+    }
+
+    fn events(&self) -> Vec<String> {
+        vec!["Ir".to_string()]
+    }
+
+    /// Builds the dump data from the runtime's cost centres and arcs.
+    fn collect(&self, rt: &Runtime) -> CallgrindData {
+        let mut d = CallgrindData::default();
+        for c in &rt.cxts {
+            d.contexts.push(FnContext {
+                entry: c.entry,
+                callers: c.fns[1..]
+                    .iter()
+                    .map(|&f| self.fns.get(f as usize).map_or(0, |n| n.first_bb))
+                    .collect(),
+                n_ids: c.recs,
+            });
+        }
+        let mut costs: BTreeMap<(usize, u32, u64), Vec<u64>> = BTreeMap::new();
+        for b in &rt.bbccs {
+            if b.count == 0 && b.skipped == 0 {
+                continue;
+            }
+            // SAFETY: leaked BlockInfo.
+            let info = unsafe { &*b.bb };
+            let (cx, rec) = (b.cxt as usize, b.rec);
+            if b.count > 0 {
+                for (i, &a) in info.insn_addrs.iter().enumerate() {
+                    let mut ir = b.count;
+                    if let Some(k) = info.rep.iter().position(|&(ri, _)| ri == i) {
+                        // The first entry is counted with the block.
+                        ir = b.count + b.rep_extra[k];
+                    }
+                    costs.entry((cx, rec, a)).or_insert_with(|| vec![0])[0] += ir;
+                }
+            }
+            if b.skipped > 0 {
+                costs
+                    .entry((cx, rec, info.last_insn))
+                    .or_insert_with(|| vec![0])[0] += b.skipped;
+            }
+        }
+        d.costs = costs;
+        for j in &rt.jccs {
+            if j.incl == 0 {
+                continue;
+            }
+            let (f, t) = (&rt.bbccs[j.from as usize], &rt.bbccs[j.to as usize]);
+            // SAFETY: leaked BlockInfo.
+            let fb = unsafe { &*f.bb };
+            d.calls.push(CallArc {
+                from_ctx: f.cxt as usize,
+                from_rec: f.rec,
+                call_addr: fb.last_insn,
+                to_ctx: t.cxt as usize,
+                to_rec: t.rec,
+                count: j.count,
+                inclusive: vec![j.incl],
+            });
+        }
+        d
+    }
+
+    /// Writes one dump (`trigger` None: the final one) and zeroes the counters.
+    fn dump(&mut self, trigger: Option<&str>) {
+        let Some(rt) = self.runtime() else { return };
+        rt.flush_active();
+        self.modules.refresh();
+        let sym = dumper::Symbolizer::new(self.modules.infos());
+        let mut data = self.collect(rt);
+        let part = self.dumps + 1;
+        let cmd = dumper::callgrind::callgrind_cmd(&self.exe, &self.args);
+        data.header = dumper::callgrind::callgrind_header(
+            u64::from(std::process::id()),
+            &cmd,
+            u64::from(part),
+            None,
+            ["", "", ""],
+            (self.bbs_done, rt.bb_executions),
+            trigger.unwrap_or("Program termination"),
+            self.events(),
+        );
+        let summary: u64 = rt
+            .threads
+            .iter()
+            .map(|t| t.cost.wrapping_sub(t.lastdump_cost))
+            .sum();
+        data.header.summary = Some(vec![summary]);
+        let base = match &self.base {
+            Some(b) => b.clone(),
+            None => match self.base_name() {
+                Ok(b) => b,
+                Err(e) => {
+                    crate::log::line(&format!("error: {e}"));
+                    return;
+                }
+            },
+        };
+        let name = if self.opts.combine_dumps {
+            base
+        } else {
+            dumper::outfile::callgrind_dump_name(&base, trigger.map(|_| part), None)
+        };
+        let copts = CallgrindOptions {
+            dump_instr: self.opts.dump_instr,
+            dump_line: self.opts.dump_line,
+            compress_strings: self.opts.compress_strings,
+            compress_pos: self.opts.compress_pos,
+        };
+        let result = (|| -> Result<(), String> {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .append(self.opts.combine_dumps && part > 1)
+                .truncate(!(self.opts.combine_dumps && part > 1))
+                .open(&name)
+                .map_err(|e| format!("{name}: {e}"))?;
+            let mut buf = Vec::new();
+            data.write_to(&sym, &copts, &mut buf)
+                .map_err(|e| e.to_string())?;
+            use std::io::Write;
+            f.write_all(&buf).map_err(|e| format!("{name}: {e}"))
+        })();
+        if let Err(e) = result {
+            crate::log::line(&format!(
+                "Error: can not write the Callgrind output file: {e}"
+            ));
+        }
+        self.dumps = part;
+        self.bbs_done = rt.bb_executions;
+        rt.zero();
+    }
+
+    fn handle_triggers(&mut self) {
+        let Some(rt) = self.runtime() else { return };
+        let trig = std::mem::take(&mut rt.triggers);
+        for t in trig {
+            match t {
+                Trigger::ZeroBefore => rt.zero(),
+                Trigger::DumpBefore(_) => self.dump(Some("--dump-before")),
+                Trigger::DumpAfter(_) => self.dump(Some("--dump-after")),
+            }
+        }
+    }
+}
+
+impl Tool for Callgrind {
+    fn name(&self) -> &'static str {
+        "callgrind"
+    }
+
+    fn instrument(&mut self, b: &BlockView, ins: &mut Instrumenter) {
+        if !self.instrumenting || b.insns.is_empty() {
+            return;
+        }
+        let info = self.block_info(b, ins);
+        ins.call(
+            0,
+            Helper {
+                func: clg_setup,
+                arg0: info as u64,
+                integer_only: false,
+            },
+            CallArg::Sp,
+            0,
+        );
+    }
+
+    fn client_request(&mut self, args: &[u64; 6]) -> ClientReply {
+        self.handle_triggers();
+        let done = ClientReply {
+            value: Some(0),
+            discard_translations: false,
+        };
+        match args[0] {
+            DUMP_STATS => self.dump(Some("Client Request")),
+            DUMP_STATS_AT => {
+                let s = read_c_string(args[1]);
+                self.dump(Some(&format!("Client Request: {s}")));
+            }
+            ZERO_STATS => {
+                if let Some(rt) = self.runtime() {
+                    rt.zero();
+                }
+            }
+            TOGGLE_COLLECT => {
+                let key = dbt_core::tool::thread_key();
+                // SAFETY: tool hooks run with the guest stopped.
+                if let Some((_, t)) = unsafe { runtime_and_thread(key) } {
+                    t.collect = !t.collect;
+                }
+            }
+            START_INSTRUMENTATION | STOP_INSTRUMENTATION => {
+                let on = args[0] == START_INSTRUMENTATION;
+                if on == self.instrumenting {
+                    return done;
+                }
+                self.instrumenting = on;
+                if let Some(rt) = self.runtime() {
+                    rt.unwind_all();
+                }
+                return ClientReply {
+                    value: Some(0),
+                    discard_translations: true,
+                };
+            }
+            _ => return ClientReply::default(),
+        }
+        done
+    }
+
+    fn fini(&mut self, reason: FiniReason) {
+        self.handle_triggers();
+        let total: u64 = self
+            .runtime()
+            .map_or(0, |rt| rt.threads.iter().map(|t| t.cost).sum());
+        self.dump(None);
+        if self.quiet || reason == FiniReason::Exec {
+            return;
+        }
+        crate::log::line("");
+        crate::log::line("Events    : Ir");
+        crate::log::line(&format!("Collected : {total}"));
+        crate::log::line("");
+        let t = super::cachegrind::summary::Totals {
+            ir: total,
+            ..Default::default()
+        };
+        for l in super::cachegrind::summary::lines(&t, false, false) {
+            crate::log::line(&l);
+        }
+    }
+}
+
+/// Reads a NUL-terminated guest string (at most 4 KiB).
+fn read_c_string(addr: u64) -> String {
+    let mut out = Vec::new();
+    if addr == 0 {
+        return String::new();
+    }
+    for i in 0..4096u64 {
+        // SAFETY: the guest passed this pointer to a client request; guest memory is mapped in
+        // this process. A bad pointer would fault the guest under Valgrind too.
+        let b = unsafe { core::ptr::read_volatile((addr + i) as *const u8) };
+        if b == 0 {
+            break;
+        }
+        out.push(b);
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}

@@ -1,0 +1,309 @@
+//! Callgrind's options (3.19 names and defaults), checked with Valgrind's messages.
+//!
+//! Every option Callgrind documents is accepted; the ones rgrind does not act on yet are
+//! parsed and kept (see `docs/callgrind.md`). Per-function forms such as
+//! `--separate-recs3=fib` are accepted by prefix.
+use cachesim::{CacheGeometry, CacheLevel, CacheOverrides};
+use dumper::OutFileTemplate;
+
+/// Option names this tool accepts exactly.
+pub const OPTION_NAMES: &[&str] = &[
+    "--callgrind-out-file",
+    "--dump-instr",
+    "--dump-line",
+    "--dump-bb",
+    "--dump-bbs",
+    "--compress-strings",
+    "--compress-pos",
+    "--compress-mangled",
+    "--mangle-names",
+    "--combine-dumps",
+    "--dump-every-bb",
+    "--dump-before",
+    "--dump-after",
+    "--zero-before",
+    "--instr-atstart",
+    "--collect-atstart",
+    "--toggle-collect",
+    "--collect-jumps",
+    "--trace-jump",
+    "--collect-bus",
+    "--collect-systime",
+    "--separate-threads",
+    "--separate-callers",
+    "--separate-recs",
+    "--skip-plt",
+    "--skip-direct-rec",
+    "--fn-skip",
+    "--pop-on-jump",
+    "--cache-sim",
+    "--simulate-cache",
+    "--branch-sim",
+    "--simulate-wb",
+    "--simulate-hwpref",
+    "--cacheuse",
+    "--I1",
+    "--D1",
+    "--LL",
+    "--L2",
+];
+
+/// Whether `name` is a Callgrind option (including the `--separate-recs<N>` forms).
+pub fn accepts(name: &str) -> bool {
+    if OPTION_NAMES.contains(&name) {
+        return true;
+    }
+    ["--separate-recs", "--separate-callers"].iter().any(|p| {
+        name.strip_prefix(p)
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
+}
+
+/// Parsed options.
+#[derive(Debug)]
+pub struct ClOptions {
+    pub out_file: OutFileTemplate,
+    pub dump_instr: bool,
+    pub dump_line: bool,
+    pub compress_strings: bool,
+    pub compress_pos: bool,
+    pub combine_dumps: bool,
+    pub dump_every_bb: u64,
+    pub dump_before: Vec<String>,
+    pub dump_after: Vec<String>,
+    pub zero_before: Vec<String>,
+    pub instr_atstart: bool,
+    pub collect_atstart: bool,
+    pub toggle_collect: Vec<String>,
+    pub collect_jumps: bool,
+    pub separate_threads: bool,
+    pub separate_callers: u32,
+    pub separate_recs: u32,
+    /// `(pattern, N)` from `--separate-recs<N>=pattern` / `--separate-callers<N>=pattern`.
+    pub recs_for: Vec<(String, u32)>,
+    pub callers_for: Vec<(String, u32)>,
+    pub skip_plt: bool,
+    pub skip_direct_rec: bool,
+    pub fn_skip: Vec<String>,
+    pub pop_on_jump: Vec<String>,
+    pub cache_sim: bool,
+    pub branch_sim: bool,
+    pub caches: CacheOverrides,
+}
+
+/// A bad option: the lines to print after `rgrind: ` (Valgrind's text).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.join("\n"))]
+pub struct OptionError(pub Vec<String>);
+
+fn bad(name: &str, v: &str, why: String) -> OptionError {
+    OptionError(vec![
+        format!("Bad option: {name}={v}"),
+        why,
+        "Use --help for more information or consult the user manual.".into(),
+    ])
+}
+
+fn parse_bool(name: &str, v: &str) -> Result<bool, OptionError> {
+    match v {
+        "yes" => Ok(true),
+        "no" => Ok(false),
+        _ => Err(bad(
+            name,
+            v,
+            format!("Invalid boolean value '{v}' (should be 'yes' or 'no')"),
+        )),
+    }
+}
+
+fn parse_num(name: &str, v: &str) -> Result<u64, OptionError> {
+    v.parse::<u64>()
+        .map_err(|_| bad(name, v, format!("Invalid integer value '{v}'")))
+}
+
+impl Default for ClOptions {
+    fn default() -> Self {
+        ClOptions {
+            out_file: OutFileTemplate::parse("callgrind.out.%p")
+                .unwrap_or_else(|_| unreachable_template()),
+            dump_instr: false,
+            dump_line: true,
+            compress_strings: true,
+            compress_pos: true,
+            combine_dumps: false,
+            dump_every_bb: 0,
+            dump_before: Vec::new(),
+            dump_after: Vec::new(),
+            zero_before: Vec::new(),
+            instr_atstart: true,
+            collect_atstart: true,
+            toggle_collect: Vec::new(),
+            collect_jumps: false,
+            separate_threads: false,
+            separate_callers: 0,
+            separate_recs: 2,
+            recs_for: Vec::new(),
+            callers_for: Vec::new(),
+            skip_plt: true,
+            skip_direct_rec: false,
+            fn_skip: Vec::new(),
+            pop_on_jump: Vec::new(),
+            cache_sim: false,
+            branch_sim: false,
+            caches: CacheOverrides::default(),
+        }
+    }
+}
+
+/// The default template always parses; this is only the type-level fallback.
+fn unreachable_template() -> OutFileTemplate {
+    OutFileTemplate::parse("callgrind.out").unwrap_or_else(|_| std::process::abort())
+}
+
+/// Parses the tool options in command-line order (a later one wins; patterns accumulate).
+pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
+    let mut o = ClOptions::default();
+    let mut toggle_given = false;
+    for (name, v) in opts {
+        let n = name.as_str();
+        match n {
+            "--callgrind-out-file" => {
+                o.out_file = OutFileTemplate::parse(v)
+                    .map_err(|e| OptionError(e.valgrind_lines(name, v)))?;
+            }
+            "--dump-instr" => o.dump_instr = parse_bool(n, v)?,
+            "--dump-line" => o.dump_line = parse_bool(n, v)?,
+            "--dump-bb" | "--dump-bbs" | "--compress-mangled" | "--mangle-names" => {
+                parse_bool(n, v)?;
+            }
+            "--compress-strings" => o.compress_strings = parse_bool(n, v)?,
+            "--compress-pos" => o.compress_pos = parse_bool(n, v)?,
+            "--combine-dumps" => o.combine_dumps = parse_bool(n, v)?,
+            "--dump-every-bb" => o.dump_every_bb = parse_num(n, v)?,
+            "--dump-before" => o.dump_before.push(v.clone()),
+            "--dump-after" => o.dump_after.push(v.clone()),
+            "--zero-before" => o.zero_before.push(v.clone()),
+            "--instr-atstart" => o.instr_atstart = parse_bool(n, v)?,
+            "--collect-atstart" => o.collect_atstart = parse_bool(n, v)?,
+            "--toggle-collect" => {
+                o.toggle_collect.push(v.clone());
+                toggle_given = true;
+            }
+            "--collect-jumps" | "--trace-jump" => o.collect_jumps = parse_bool(n, v)?,
+            "--collect-bus" => {
+                parse_bool(n, v)?;
+            }
+            "--collect-systime" => {
+                if !matches!(v.as_str(), "no" | "yes" | "msec" | "usec" | "nsec") {
+                    return Err(bad(n, v, format!("Invalid value '{v}'")));
+                }
+            }
+            "--separate-threads" => o.separate_threads = parse_bool(n, v)?,
+            "--separate-callers" => {
+                o.separate_callers = if v == "auto" {
+                    0
+                } else {
+                    parse_num(n, v)? as u32
+                };
+            }
+            "--separate-recs" => o.separate_recs = parse_num(n, v)? as u32,
+            "--skip-plt" => o.skip_plt = parse_bool(n, v)?,
+            "--skip-direct-rec" => o.skip_direct_rec = parse_bool(n, v)?,
+            "--fn-skip" => o.fn_skip.push(v.clone()),
+            "--pop-on-jump" => o.pop_on_jump.push(v.clone()),
+            "--cache-sim" | "--simulate-cache" => o.cache_sim = parse_bool(n, v)?,
+            "--branch-sim" => o.branch_sim = parse_bool(n, v)?,
+            "--simulate-wb" | "--simulate-hwpref" | "--cacheuse" => {
+                parse_bool(n, v)?;
+            }
+            _ => {
+                if let Some(k) = n.strip_prefix("--separate-recs") {
+                    let k = parse_num(n, k)? as u32;
+                    o.recs_for.push((v.clone(), k));
+                    continue;
+                }
+                if let Some(k) = n.strip_prefix("--separate-callers") {
+                    let k = parse_num(n, k)? as u32;
+                    o.callers_for.push((v.clone(), k));
+                    continue;
+                }
+                let arg = format!("{name}={v}");
+                let Some((level, value)) = CacheLevel::split_option(&arg) else {
+                    return Err(OptionError(vec![format!("Unknown option: {arg}")]));
+                };
+                let g =
+                    CacheGeometry::parse(value).map_err(|e| OptionError(e.valgrind_lines(&arg)))?;
+                match level {
+                    CacheLevel::I1 => o.caches.i1 = Some(g),
+                    CacheLevel::D1 => o.caches.d1 = Some(g),
+                    CacheLevel::LL => o.caches.ll = Some(g),
+                }
+            }
+        }
+    }
+    if toggle_given {
+        // --toggle-collect implies --collect-atstart=no.
+        o.collect_atstart = false;
+    }
+    Ok(o)
+}
+
+/// Callgrind's function-name patterns: `*` any run, `?` one character.
+pub fn pattern_matches(pat: &str, name: &str) -> bool {
+    fn rec(p: &[u8], n: &[u8]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some((b'*', rest)) => (0..=n.len()).any(|i| rec(rest, &n[i..])),
+            Some((b'?', rest)) => !n.is_empty() && rec(rest, &n[1..]),
+            Some((c, rest)) => n.first() == Some(c) && rec(rest, &n[1..]),
+        }
+    }
+    rec(pat.as_bytes(), name.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn defaults_match_callgrind() {
+        let o = parse(&[]).unwrap();
+        assert!(o.dump_line && !o.dump_instr && o.compress_strings && o.compress_pos);
+        assert!(o.collect_atstart && o.instr_atstart && o.skip_plt);
+        assert_eq!(o.separate_recs, 2);
+        assert_eq!(o.out_file.as_str(), "callgrind.out.%p");
+    }
+
+    #[test]
+    fn toggle_collect_implies_collect_atstart_no() {
+        let o = parse(&opts(&[("--toggle-collect", "measured")])).unwrap();
+        assert!(!o.collect_atstart);
+        assert_eq!(o.toggle_collect, vec!["measured".to_string()]);
+    }
+
+    #[test]
+    fn bad_values_are_reported() {
+        let e = parse(&opts(&[("--dump-instr", "maybe")])).unwrap_err();
+        assert_eq!(e.0[0], "Bad option: --dump-instr=maybe");
+        assert!(accepts("--separate-recs3"));
+        assert!(!accepts("--separate-recsx"));
+        let o = parse(&opts(&[("--separate-recs3", "fib")])).unwrap();
+        assert_eq!(o.recs_for, vec![("fib".to_string(), 3)]);
+    }
+
+    #[test]
+    fn patterns() {
+        assert!(pattern_matches(
+            "_dl_runtime_resolve*",
+            "_dl_runtime_resolve_xsave"
+        ));
+        assert!(pattern_matches("f?b", "fib"));
+        assert!(!pattern_matches("fib", "fib2"));
+    }
+}

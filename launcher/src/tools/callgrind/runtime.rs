@@ -1,0 +1,572 @@
+//! The call-graph state Callgrind's `setup_bbcc` keeps, updated at the start of every
+//! executed block: the previous block is charged, its exit classified (call, return, jump,
+//! fall-through; returns checked against the shadow stack by stack pointer; jumps to a
+//! function entry, to another object or section kind turned into calls), the shadow call
+//! stack pushed or unwound, and the (block, context, recursion level) cost centre chosen.
+//!
+//! # Invariants
+//! * Only the helper routine (`clg_setup`, guest threads run one at a time) and the tool's
+//!   hooks (under the core lock, guest stopped) touch a [`Runtime`]; never both at once.
+//! * A block is charged when the next block of its thread starts, as Callgrind does without
+//!   cache simulation, so the very last block before the process ends is not counted.
+//! * Contexts, cost centres and arcs are numbered in creation order (Callgrind's ids follow).
+//!
+//! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
+//! the fake call site Callgrind invents on a call-stack underflow (the context is simply
+//! switched to the returned-to function).
+use std::cell::Cell;
+use std::collections::HashMap as StdHashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A multiply-xor hasher for the small integer keys of the hot-path tables (SipHash costs
+/// more than the rest of `setup` together).
+#[derive(Default)]
+pub struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type HashMap<K, V> = StdHashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// How a block ends, as Callgrind's jump kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Call,
+    Return,
+    /// Any other transfer (jumps, fall-through, system calls).
+    Other,
+}
+
+/// Per-function switches, copied into each block of the function.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FnFlags {
+    pub skip: bool,
+    pub pop_on_jump: bool,
+    pub toggle_collect: bool,
+    pub dump_before: bool,
+    pub dump_after: bool,
+    pub zero_before: bool,
+    pub separate_recs: u32,
+    pub separate_callers: u32,
+}
+
+/// What the runtime knows of a translated block (leaked: lives for the process).
+pub struct BlockInfo {
+    pub addr: u64,
+    /// Address of the last instruction (the call/jump site).
+    pub last_insn: u64,
+    /// Address after the block (a call's return address).
+    pub end: u64,
+    pub n_insns: u64,
+    pub exit: Exit,
+    /// Starts at a symbol's first byte.
+    pub is_entry: bool,
+    pub obj: u32,
+    pub sect: u8,
+    pub fn_id: u32,
+    pub flags: FnFlags,
+    pub insn_addrs: Vec<u64>,
+    /// `(instruction index, extra-entries counter)` of each `rep` instruction.
+    pub rep: Vec<(usize, *mut u64)>,
+    /// Last `(context, recursion level, cost centre)` used for this block (Callgrind's LRU).
+    pub last: Cell<(u32, u32, u32)>,
+}
+
+/// A context: a function and (with `--separate-callers`) its callers, innermost first.
+pub struct Cxt {
+    pub fns: Vec<u32>,
+    /// Block address through which the function was first entered.
+    pub entry: u64,
+    pub recs: u32,
+}
+
+/// Cost centre of one block in one context and recursion level.
+pub struct Bbcc {
+    pub bb: *const BlockInfo,
+    pub cxt: u32,
+    pub rec: u32,
+    /// Executions.
+    pub count: u64,
+    /// Extra entries of each `rep` instruction (same order as `BlockInfo::rep`).
+    pub rep_extra: Vec<u64>,
+    /// Cost of skipped functions called from here (`--skip-plt`, `--fn-skip`).
+    pub skipped: u64,
+}
+
+/// A call arc between two cost centres.
+pub struct Jcc {
+    pub from: u32,
+    pub to: u32,
+    pub count: u64,
+    pub incl: u64,
+}
+
+struct Entry {
+    jcc: Option<u32>,
+    sp: u64,
+    ret_addr: u64,
+    enter_cost: u64,
+    cxt: Option<u32>,
+    fn_sp: usize,
+    nonskipped: Option<u32>,
+}
+
+/// One guest thread's call-tracking state.
+pub struct ThreadState {
+    pub key: u64,
+    /// 1-based, in order of first execution (`--separate-threads` file suffix, not yet used).
+    #[allow(dead_code)]
+    pub tid: u32,
+    stack: Vec<Entry>,
+    fn_stack: Vec<u32>,
+    cxt: Option<u32>,
+    /// Running Ir.
+    pub cost: u64,
+    /// Running Ir at the last dump or zeroing.
+    pub lastdump_cost: u64,
+    last_bbcc: Option<u32>,
+    fn_active: Vec<u32>,
+    nonskipped: Option<u32>,
+    pub collect: bool,
+}
+
+/// Requests the runtime makes of the tool (function entry/exit triggers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trigger {
+    DumpBefore(u32),
+    DumpAfter(u32),
+    ZeroBefore,
+}
+
+/// Everything the helper updates.
+#[derive(Default)]
+pub struct Runtime {
+    pub cxts: Vec<Cxt>,
+    cxt_map: HashMap<Vec<u32>, u32>,
+    pub bbccs: Vec<Bbcc>,
+    bbcc_map: HashMap<(usize, u32, u32), u32>,
+    pub jccs: Vec<Jcc>,
+    jcc_map: HashMap<(u32, u32), u32>,
+    /// Boxed: the helper keeps a raw pointer to the running thread's state across pushes.
+    #[allow(clippy::vec_box)]
+    pub threads: Vec<Box<ThreadState>>,
+    pub bb_executions: u64,
+    pub skip_direct_rec: bool,
+    pub collect_atstart: bool,
+    /// Triggers met since the tool last looked.
+    pub triggers: Vec<Trigger>,
+}
+
+impl Runtime {
+    /// The state of the thread with `key`, created on first use.
+    pub fn thread(&mut self, key: u64) -> *mut ThreadState {
+        if let Some(t) = self.threads.iter_mut().find(|t| t.key == key) {
+            return &mut **t;
+        }
+        let tid = self.threads.len() as u32 + 1;
+        self.threads.push(Box::new(ThreadState {
+            key,
+            tid,
+            stack: Vec::new(),
+            fn_stack: Vec::new(),
+            cxt: None,
+            cost: 0,
+            lastdump_cost: 0,
+            last_bbcc: None,
+            fn_active: Vec::new(),
+            nonskipped: None,
+            collect: self.collect_atstart,
+        }));
+        let last = self.threads.len() - 1;
+        &mut *self.threads[last]
+    }
+
+    fn get_cxt(&mut self, fns: &[u32], entry: u64, recs: u32) -> u32 {
+        if let Some(&c) = self.cxt_map.get(fns) {
+            return c;
+        }
+        let id = self.cxts.len() as u32;
+        self.cxts.push(Cxt {
+            fns: fns.to_vec(),
+            entry,
+            recs,
+        });
+        self.cxt_map.insert(fns.to_vec(), id);
+        id
+    }
+
+    fn get_bbcc(&mut self, bb: &BlockInfo, cxt: u32, rec: u32) -> u32 {
+        let (lc, lr, lb) = bb.last.get();
+        if lc == cxt && lr == rec && lb != u32::MAX {
+            return lb;
+        }
+        let b = self.get_bbcc_slow(bb, cxt, rec);
+        bb.last.set((cxt, rec, b));
+        b
+    }
+
+    fn get_bbcc_slow(&mut self, bb: &BlockInfo, cxt: u32, rec: u32) -> u32 {
+        let key = (bb as *const BlockInfo as usize, cxt, rec);
+        if let Some(&b) = self.bbcc_map.get(&key) {
+            return b;
+        }
+        let id = self.bbccs.len() as u32;
+        self.bbccs.push(Bbcc {
+            bb,
+            cxt,
+            rec,
+            count: 0,
+            rep_extra: vec![0; bb.rep.len()],
+            skipped: 0,
+        });
+        self.bbcc_map.insert(key, id);
+        id
+    }
+
+    fn get_jcc(&mut self, from: u32, to: u32) -> u32 {
+        if let Some(&j) = self.jcc_map.get(&(from, to)) {
+            return j;
+        }
+        let id = self.jccs.len() as u32;
+        self.jccs.push(Jcc {
+            from,
+            to,
+            count: 0,
+            incl: 0,
+        });
+        self.jcc_map.insert((from, to), id);
+        id
+    }
+
+    fn bb_of(&self, bbcc: u32) -> &'static BlockInfo {
+        // SAFETY: BlockInfo values are leaked at instrumentation and never freed.
+        unsafe { &*self.bbccs[bbcc as usize].bb }
+    }
+
+    fn cxt_fn(&self, bbcc: u32) -> u32 {
+        self.cxts[self.bbccs[bbcc as usize].cxt as usize].fns[0]
+    }
+
+    /// Callgrind's `push_cxt`: make `bb`'s function the current one.
+    fn push_cxt(&mut self, t: &mut ThreadState, bb: &BlockInfo) {
+        if t.fn_stack.last() == Some(&bb.fn_id) && t.cxt.is_some() {
+            return;
+        }
+        t.fn_stack.push(bb.fn_id);
+        let n = (bb.flags.separate_callers as usize + 1).min(t.fn_stack.len());
+        let fns: Vec<u32> = t.fn_stack.iter().rev().take(n).copied().collect();
+        t.cxt = Some(self.get_cxt(&fns, bb.addr, bb.flags.separate_recs.max(1)));
+    }
+
+    fn active(t: &mut ThreadState, f: u32) -> &mut u32 {
+        let i = f as usize;
+        if t.fn_active.len() <= i {
+            t.fn_active.resize(i + 1, 0);
+        }
+        &mut t.fn_active[i]
+    }
+
+    fn pop(&mut self, t: &mut ThreadState) {
+        let Some(e) = t.stack.pop() else { return };
+        t.nonskipped = e.nonskipped;
+        if let Some(j) = e.jcc {
+            let (from, to) = (self.jccs[j as usize].from, self.jccs[j as usize].to);
+            let to_fn = self.cxt_fn(to);
+            let direct = self.cxt_fn(from) == to_fn;
+            let a = Self::active(t, to_fn);
+            if !(self.skip_direct_rec && direct) {
+                *a = a.saturating_sub(1);
+            }
+            let depth = *a;
+            self.jccs[j as usize].incl += t.cost.wrapping_sub(e.enter_cost);
+            t.cxt = e.cxt;
+            t.fn_stack.truncate(e.fn_sp);
+            if depth == 0 {
+                let flags = self.bb_of(to).flags;
+                if flags.dump_after {
+                    self.triggers.push(Trigger::DumpAfter(to_fn));
+                }
+                if flags.toggle_collect {
+                    t.collect = !t.collect;
+                }
+            }
+        }
+    }
+
+    fn unwind(&mut self, t: &mut ThreadState, sp: u64, mut minpops: i32) -> u32 {
+        let mut n = 0;
+        while let Some(top) = t.stack.last() {
+            if top.sp < sp || (top.sp == sp && minpops > 0) {
+                minpops -= 1;
+                n += 1;
+                self.pop(t);
+            } else {
+                break;
+            }
+        }
+        n
+    }
+
+    fn push_call(
+        &mut self,
+        t: &mut ThreadState,
+        from: u32,
+        to: u32,
+        sp: u64,
+        skip: bool,
+        saved: (Option<u32>, usize),
+    ) {
+        let jcc = if skip {
+            None
+        } else {
+            let j = self.get_jcc(from, to);
+            let to_fn = self.cxt_fn(to);
+            let direct = self.cxt_fn(from) == to_fn;
+            let a = Self::active(t, to_fn);
+            if !(self.skip_direct_rec && direct) {
+                *a += 1;
+            }
+            let depth = *a;
+            self.jccs[j as usize].count += 1;
+            if depth == 1 {
+                let flags = self.bb_of(to).flags;
+                if flags.dump_before {
+                    self.triggers.push(Trigger::DumpBefore(to_fn));
+                } else if flags.zero_before {
+                    self.triggers.push(Trigger::ZeroBefore);
+                }
+                if flags.toggle_collect {
+                    t.collect = !t.collect;
+                }
+            }
+            Some(j)
+        };
+        let fb = self.bb_of(from);
+        let ret_addr = if fb.exit == Exit::Call { fb.end } else { 0 };
+        t.stack.push(Entry {
+            jcc,
+            sp,
+            ret_addr,
+            enter_cost: t.cost,
+            cxt: saved.0,
+            fn_sp: saved.1,
+            nonskipped: t.nonskipped,
+        });
+        if !skip {
+            t.nonskipped = None;
+        } else if t.nonskipped.is_none() {
+            t.nonskipped = Some(from);
+        }
+    }
+
+    /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
+    pub fn setup(&mut self, t: &mut ThreadState, bb: &BlockInfo, mut sp: u64) {
+        self.bb_executions += 1;
+        let last = t.last_bbcc;
+        let mut jk = Exit::Other;
+        let mut is_jump = false;
+        if let Some(lb) = last {
+            let lbb = self.bb_of(lb);
+            jk = lbb.exit;
+            let mut n = lbb.n_insns;
+            let skipped = t.nonskipped.is_some();
+            let count_here = t.collect && !skipped;
+            for (k, &(_, ctr)) in lbb.rep.iter().enumerate() {
+                // SAFETY: `ctr` is a slot of the block's process-lifetime cost array; guest
+                // threads run one at a time.
+                let extra = unsafe { core::mem::take(&mut *ctr) };
+                n += extra;
+                if count_here {
+                    self.bbccs[lb as usize].rep_extra[k] += extra;
+                }
+            }
+            if t.collect {
+                t.cost += n;
+                if let Some(ns) = t.nonskipped {
+                    self.bbccs[ns as usize].skipped += n;
+                } else {
+                    self.bbccs[lb as usize].count += 1;
+                }
+            }
+        }
+        let csp = t.stack.len();
+        let mut popcount = 1;
+        let mut ret_without_call = false;
+        if jk == Exit::Return && csp > 0 {
+            let mut up = csp - 1;
+            if sp < t.stack[up].sp {
+                popcount = 0;
+            } else if t.stack[up].sp == sp {
+                loop {
+                    if t.stack[up].ret_addr == bb.addr {
+                        break;
+                    }
+                    if up > 0 {
+                        up -= 1;
+                        if t.stack[up].sp == sp {
+                            popcount += 1;
+                            continue;
+                        }
+                    }
+                    popcount = 0;
+                    break;
+                }
+            }
+            if popcount == 0 {
+                jk = Exit::Other;
+                ret_without_call = true;
+            }
+        }
+        let mut from = last;
+        let mut call_emulation = false;
+        if jk == Exit::Other {
+            if let Some(lb) = last {
+                let lbb = self.bb_of(lb);
+                let (l_sect, l_obj, l_pop) = (lbb.sect, lbb.obj, lbb.flags.pop_on_jump);
+                if ret_without_call || bb.is_entry || l_sect != bb.sect || l_obj != bb.obj {
+                    if l_pop {
+                        if let Some(top) = t.stack.last() {
+                            if let Some(j) = top.jcc {
+                                from = Some(self.jccs[j as usize].from);
+                                sp = top.sp;
+                                self.pop(t);
+                            }
+                        }
+                    }
+                    jk = Exit::Call;
+                    call_emulation = true;
+                } else {
+                    is_jump = true;
+                }
+            }
+        }
+        let _ = is_jump;
+        let skip = jk == Exit::Call && bb.flags.skip;
+        let mut delayed_push = false;
+        if jk == Exit::Return {
+            if t.stack.is_empty() {
+                // Underflow: the caller was never seen; continue in the returned-to function.
+                t.fn_stack.clear();
+                t.cxt = None;
+            } else {
+                self.unwind(t, sp, popcount);
+            }
+        } else {
+            let n = self.unwind(t, sp, 0);
+            if n > 0 {
+                jk = Exit::Return;
+            }
+            if jk == Exit::Call {
+                delayed_push = true;
+                if call_emulation {
+                    if let Some(top) = t.stack.last() {
+                        sp = top.sp;
+                    }
+                }
+            }
+        }
+        let saved = (t.cxt, t.fn_stack.len());
+        if (delayed_push && !skip) || t.cxt.is_none() {
+            self.push_cxt(t, bb);
+        }
+        let Some(cxt) = t.cxt else { return };
+        let (top_fn, recs) = {
+            let c = &self.cxts[cxt as usize];
+            (c.fns[0], c.recs)
+        };
+        let mut idx = 0;
+        if recs > 1 {
+            let mut level = *Self::active(t, top_fn);
+            if delayed_push && !skip {
+                let direct = from.is_some_and(|f| self.cxt_fn(f) == top_fn);
+                if !(self.skip_direct_rec && direct) {
+                    level += 1;
+                }
+            }
+            level = level.min(recs);
+            if level == 0 {
+                level = 1;
+                *Self::active(t, top_fn) = 1;
+            }
+            idx = level - 1;
+        }
+        let bbcc = self.get_bbcc(bb, cxt, idx);
+        if delayed_push {
+            if !skip && t.nonskipped.is_some() {
+                from = t.nonskipped;
+            }
+            if let Some(f) = from {
+                self.push_call(t, f, bbcc, sp, skip, saved);
+            }
+        }
+        t.last_bbcc = Some(bbcc);
+    }
+
+    /// Adds the cost since entry of every active call to its arc (before a dump).
+    pub fn flush_active(&mut self) {
+        for ti in 0..self.threads.len() {
+            let cost = self.threads[ti].cost;
+            let mut adds = Vec::new();
+            for e in self.threads[ti].stack.iter_mut() {
+                if let Some(j) = e.jcc {
+                    adds.push((j, cost.wrapping_sub(e.enter_cost)));
+                    e.enter_cost = cost;
+                }
+            }
+            for (j, d) in adds {
+                self.jccs[j as usize].incl += d;
+            }
+        }
+    }
+
+    /// Zeroes every cost centre and arc (after a dump, or `CALLGRIND_ZERO_STATS`).
+    pub fn zero(&mut self) {
+        for b in &mut self.bbccs {
+            b.count = 0;
+            b.rep_extra.iter_mut().for_each(|x| *x = 0);
+            b.skipped = 0;
+        }
+        for j in &mut self.jccs {
+            j.count = 0;
+            j.incl = 0;
+        }
+        for t in &mut self.threads {
+            let cost = t.cost;
+            for e in t.stack.iter_mut() {
+                e.enter_cost = cost;
+            }
+            t.lastdump_cost = cost;
+        }
+    }
+
+    /// Pops every thread's call stack (instrumentation switched off): the next block starts
+    /// without a predecessor.
+    pub fn unwind_all(&mut self) {
+        for ti in 0..self.threads.len() {
+            let tp: *mut ThreadState = &mut *self.threads[ti];
+            // SAFETY: the box stays in place; `pop` does not touch `self.threads`.
+            let t = unsafe { &mut *tp };
+            while !t.stack.is_empty() {
+                self.pop(t);
+            }
+            t.last_bbcc = None;
+        }
+    }
+}

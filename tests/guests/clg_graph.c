@@ -1,0 +1,40 @@
+/* Call graph shapes for the callgrind tests (compiled by tests/all/callgrind.rs with -O0):
+ * recursion (fib), a longjmp out of recursion (dive), and collection toggled by a client
+ * request around `measured` when CLG_TOGGLE is defined. */
+#include <setjmp.h>
+#include <stdio.h>
+#ifdef CLG_TOGGLE
+#include <valgrind/callgrind.h>
+#endif
+
+static jmp_buf env;
+
+__attribute__((noinline)) long fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+
+__attribute__((noinline)) int dive(int depth) {
+    if (depth == 8) longjmp(env, depth);
+    return dive(depth + 1) + 1;
+}
+
+__attribute__((noinline)) long setup(void) { long s = 0; for (int i = 0; i < 3000; i++) s += i % 7; return s; }
+__attribute__((noinline)) long measured(void) { long s = 0; for (int i = 0; i < 1000; i++) s += i % 3; return s; }
+
+int main(void) {
+    long f = fib(10);
+    int got = 0;
+    for (int i = 0; i < 3; i++) {
+        int r = setjmp(env);
+        if (r == 0) dive(0);
+        else got += r;
+    }
+    long a = setup();
+#ifdef CLG_TOGGLE
+    CALLGRIND_TOGGLE_COLLECT;
+#endif
+    long b = measured();
+#ifdef CLG_TOGGLE
+    CALLGRIND_TOGGLE_COLLECT;
+#endif
+    printf("%ld %d %ld %ld\n", f, got, a, b);
+    return 0;
+}
