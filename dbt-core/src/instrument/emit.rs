@@ -497,6 +497,23 @@ fn add_one(a: &mut Asm, host: u64, ctr: *mut u64, flags_live: bool) {
             return;
         }
     }
+    // Flags live: a flag-free increment through one borrowed register, rip-relative when the
+    // counter is within reach (the load ends 9 + 7 bytes after `at`, the store 9 + 7 + 4 + 7).
+    let load_end = at as i64 + 9 + 7;
+    let store_end = load_end + 4 + 7;
+    if let (Ok(dl), Ok(ds)) = (
+        i32::try_from(ctr as i64 - load_end),
+        i32::try_from(ctr as i64 - store_end),
+    ) {
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+        a.extend([0x48, 0x8b, 0x05]); // mov rax, [rip + dl]
+        a.extend(dl.to_le_bytes());
+        dynasm!(a ; .arch x64 ; lea rax, [rax + 1]);
+        a.extend([0x48, 0x89, 0x05]); // mov [rip + ds], rax
+        a.extend(ds.to_le_bytes());
+        dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
+        return;
+    }
     dynasm!(a
         ; .arch x64
         ; gs mov QWORD [IS0], rax
