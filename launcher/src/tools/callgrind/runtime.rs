@@ -10,6 +10,11 @@
 //! * A block is charged when the next block of its thread starts, as Callgrind does without
 //!   cache simulation, so the very last block before the process ends is not counted.
 //! * Contexts, cost centres and arcs are numbered in creation order (Callgrind's ids follow).
+//! * [`Runtime::setup_fast`] is an exact shortcut of [`Runtime::setup`] for the common case
+//!   (the previous block ended in a plain jump or fall-through, within the same object and
+//!   section, into no function entry, with no frame to unwind): it reads only the thread's
+//!   [`Fast`] summary, which `setup` (and every other change of thread state) refreshes, and
+//!   the block's cached cost centre. Cost centres are boxed so their counters never move.
 //!
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
@@ -87,6 +92,42 @@ pub struct BlockInfo {
     pub rep: Vec<(usize, *mut u64)>,
     /// Last `(context, recursion level, cost centre)` used for this block (Callgrind's LRU).
     pub last: Cell<(u32, u32, u32)>,
+    /// The same entry for the fast path: `fast_key(context, level)` (`u64::MAX`: none) and
+    /// the cost centre's execution counter.
+    pub fast_key: Cell<u64>,
+    pub fast_count: Cell<*mut u64>,
+    /// `exit == Other` and no `rep` instruction: the next block may take the fast path.
+    pub plain_exit: bool,
+}
+
+/// The key of a (context, recursion level) pair in [`BlockInfo::fast_key`] and [`Fast`].
+fn fast_key(cxt: u32, rec: u32) -> u64 {
+    (u64::from(cxt) << 32) | u64::from(rec)
+}
+
+/// What [`Runtime::setup_fast`] needs of a thread, kept up to date by the slow path.
+pub struct Fast {
+    /// The previous block (null: none).
+    last_bb: *const BlockInfo,
+    /// Its cost centre's execution counter (valid when `last_bb` is not null).
+    last_count: *mut u64,
+    /// `sp` of the top shadow-stack frame (`u64::MAX`: empty stack).
+    top_sp: u64,
+    /// `fast_key` of the cost-centre context and level a non-call transfer would use;
+    /// `u64::MAX` when the slow path must decide (no context, a skipped function active, a
+    /// recursion level to be fixed up).
+    key: u64,
+}
+
+impl Default for Fast {
+    fn default() -> Self {
+        Fast {
+            last_bb: core::ptr::null(),
+            last_count: core::ptr::null_mut(),
+            top_sp: u64::MAX,
+            key: u64::MAX,
+        }
+    }
 }
 
 /// A context: a function and (with `--separate-callers`) its callers, innermost first.
@@ -145,6 +186,7 @@ pub struct ThreadState {
     fn_active: Vec<u32>,
     nonskipped: Option<u32>,
     pub collect: bool,
+    fast: Fast,
 }
 
 /// Requests the runtime makes of the tool (function entry/exit triggers).
@@ -160,7 +202,9 @@ pub enum Trigger {
 pub struct Runtime {
     pub cxts: Vec<Cxt>,
     cxt_map: HashMap<Vec<u32>, u32>,
-    pub bbccs: Vec<Bbcc>,
+    /// Boxed: the fast path keeps pointers to the counters.
+    #[allow(clippy::vec_box)]
+    pub bbccs: Vec<Box<Bbcc>>,
     bbcc_map: HashMap<(usize, u32, u32), u32>,
     pub jccs: Vec<Jcc>,
     jcc_map: HashMap<(u32, u32), u32>,
@@ -193,6 +237,7 @@ impl Runtime {
             fn_active: Vec::new(),
             nonskipped: None,
             collect: self.collect_atstart,
+            fast: Fast::default(),
         }));
         let last = self.threads.len() - 1;
         &mut *self.threads[last]
@@ -219,6 +264,8 @@ impl Runtime {
         }
         let b = self.get_bbcc_slow(bb, cxt, rec);
         bb.last.set((cxt, rec, b));
+        bb.fast_key.set(fast_key(cxt, rec));
+        bb.fast_count.set(&mut self.bbccs[b as usize].count);
         b
     }
 
@@ -228,14 +275,14 @@ impl Runtime {
             return b;
         }
         let id = self.bbccs.len() as u32;
-        self.bbccs.push(Bbcc {
+        self.bbccs.push(Box::new(Bbcc {
             bb,
             cxt,
             rec,
             count: 0,
             rep_extra: vec![0; bb.rep.len()],
             skipped: 0,
-        });
+        }));
         self.bbcc_map.insert(key, id);
         id
     }
@@ -376,8 +423,84 @@ impl Runtime {
         }
     }
 
+    /// The common case of [`Runtime::setup`] with integer arithmetic only (called through
+    /// the lean trampoline: no allocation, no TLS, no panic); returns false, having changed
+    /// nothing, when `setup` must run instead. See the module's invariants.
+    #[inline(always)]
+    pub fn setup_fast(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) -> bool {
+        let f = &mut t.fast;
+        if f.last_bb.is_null() || f.key == u64::MAX || f.key != bb.fast_key.get() {
+            return false;
+        }
+        // SAFETY: `last_bb` is a leaked BlockInfo (never freed), set by `refresh_fast`.
+        let lbb = unsafe { &*f.last_bb };
+        if !lbb.plain_exit
+            || bb.is_entry
+            || lbb.sect != bb.sect
+            || lbb.obj != bb.obj
+            || f.top_sp < sp
+        {
+            return false;
+        }
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        if t.collect {
+            t.cost = t.cost.wrapping_add(lbb.n_insns);
+            // SAFETY: a boxed cost centre's counter (`Runtime::bbccs` never drops them); guest
+            // threads run one at a time.
+            unsafe { *f.last_count = (*f.last_count).wrapping_add(1) };
+        }
+        f.last_bb = bb;
+        f.last_count = bb.fast_count.get();
+        t.last_bbcc = Some(bb.last.get().2);
+        true
+    }
+
+    /// Recomputes the thread's [`Fast`] summary after the slow path changed its state.
+    pub fn refresh_fast(&mut self, t: &mut ThreadState) {
+        let (last_bb, last_count) = match t.last_bbcc {
+            Some(b) => {
+                let c = &mut self.bbccs[b as usize];
+                (c.bb, core::ptr::addr_of_mut!(c.count))
+            }
+            None => (core::ptr::null(), core::ptr::null_mut()),
+        };
+        let key = match t.cxt {
+            Some(c) if t.nonskipped.is_none() => {
+                let c = &self.cxts[c as usize];
+                let cid = t.cxt.unwrap_or(0);
+                if c.recs <= 1 {
+                    fast_key(cid, 0)
+                } else {
+                    let level = t
+                        .fn_active
+                        .get(c.fns[0] as usize)
+                        .copied()
+                        .unwrap_or(0)
+                        .min(c.recs);
+                    if level == 0 {
+                        u64::MAX
+                    } else {
+                        fast_key(cid, level - 1)
+                    }
+                }
+            }
+            _ => u64::MAX,
+        };
+        t.fast = Fast {
+            last_bb,
+            last_count,
+            top_sp: t.stack.last().map_or(u64::MAX, |e| e.sp),
+            key,
+        };
+    }
+
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
-    pub fn setup(&mut self, t: &mut ThreadState, bb: &BlockInfo, mut sp: u64) {
+    pub fn setup(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) {
+        self.setup_slow(t, bb, sp);
+        self.refresh_fast(t);
+    }
+
+    fn setup_slow(&mut self, t: &mut ThreadState, bb: &BlockInfo, mut sp: u64) {
         self.bb_executions += 1;
         let last = t.last_bbcc;
         let mut jk = Exit::Other;
@@ -567,6 +690,7 @@ impl Runtime {
                 self.pop(t);
             }
             t.last_bbcc = None;
+            self.refresh_fast(t);
         }
     }
 }
