@@ -434,6 +434,9 @@ impl Runtime {
         }
         // SAFETY: `last_bb` is a leaked BlockInfo (never freed), set by `refresh_fast`.
         let lbb = unsafe { &*f.last_bb };
+        if lbb.exit == Exit::Return && lbb.rep.is_empty() {
+            return self.setup_fast_ret(t, lbb, bb, sp);
+        }
         if !lbb.plain_exit
             || bb.is_entry
             || lbb.sect != bb.sect
@@ -455,6 +458,152 @@ impl Runtime {
         true
     }
 
+    /// The fast path for a block reached by a `ret` that pops exactly one shadow-stack frame
+    /// (a real call's frame, into a known context, with no `--dump-after`/`--toggle-collect`
+    /// function returning): everything is checked before anything changes.
+    #[inline(always)]
+    fn setup_fast_ret(
+        &mut self,
+        t: &mut ThreadState,
+        lbb: &BlockInfo,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
+        let n = t.stack.len();
+        if n == 0 || t.nonskipped.is_some() {
+            return false;
+        }
+        let Some(top) = t.stack.get(n - 1) else {
+            return false;
+        };
+        if sp < top.sp || (sp == top.sp && top.ret_addr != bb.addr) {
+            return false;
+        }
+        let next_sp = match n.checked_sub(2).and_then(|i| t.stack.get(i)) {
+            Some(e) if e.sp < sp => return false,
+            Some(e) => e.sp,
+            None => u64::MAX,
+        };
+        // (A frame that restores a skipped-function state is left to `setup`: copying the
+        // `Option` would be done with a vector register.)
+        let (Some(j), Some(new_cxt), None) = (top.jcc, top.cxt, top.nonskipped) else {
+            return false;
+        };
+        let (enter_cost, fn_sp) = (top.enter_cost, top.fn_sp);
+        let Some(jcc) = self.jccs.get(j as usize) else {
+            return false;
+        };
+        let (Some(fb), Some(tb)) = (
+            self.bbccs.get(jcc.from as usize),
+            self.bbccs.get(jcc.to as usize),
+        ) else {
+            return false;
+        };
+        let fn_of = |c: u32| {
+            self.cxts
+                .get(c as usize)
+                .and_then(|x| x.fns.first().copied())
+        };
+        let (Some(from_fn), Some(to_fn)) = (fn_of(fb.cxt), fn_of(tb.cxt)) else {
+            return false;
+        };
+        // SAFETY: cost centres point at leaked BlockInfo values.
+        let to_flags = unsafe { &(*tb.bb).flags };
+        if to_flags.dump_after || to_flags.toggle_collect {
+            return false;
+        }
+        let Some(&a_old) = t.fn_active.get(to_fn as usize) else {
+            return false;
+        };
+        let a_new = if self.skip_direct_rec && from_fn == to_fn {
+            a_old
+        } else {
+            a_old.saturating_sub(1)
+        };
+        let Some(cx) = self.cxts.get(new_cxt as usize) else {
+            return false;
+        };
+        let Some(&top_fn) = cx.fns.first() else {
+            return false;
+        };
+        let idx = if cx.recs > 1 {
+            let cur = if top_fn == to_fn {
+                a_new
+            } else {
+                match t.fn_active.get(top_fn as usize) {
+                    Some(&v) => v,
+                    None => return false,
+                }
+            };
+            match cur.min(cx.recs).checked_sub(1) {
+                Some(i) => i,
+                None => return false,
+            }
+        } else {
+            0
+        };
+        if bb.fast_key.get() != fast_key(new_cxt, idx) {
+            return false;
+        }
+        // Commit: charge the previous block, pop the frame (as `pop`), enter `bb`.
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        let f = &mut t.fast;
+        if t.collect {
+            t.cost = t.cost.wrapping_add(lbb.n_insns);
+            // SAFETY: see `setup_fast`.
+            unsafe { *f.last_count = (*f.last_count).wrapping_add(1) };
+        }
+        if let Some(jcc) = self.jccs.get_mut(j as usize) {
+            jcc.incl = jcc.incl.wrapping_add(t.cost.wrapping_sub(enter_cost));
+        }
+        if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
+            *a = a_new;
+        }
+        t.stack.truncate(n - 1);
+        t.nonskipped = None;
+        t.cxt = Some(new_cxt);
+        t.fn_stack.truncate(fn_sp);
+        t.last_bbcc = Some(bb.last.get().2);
+        t.fast = Fast {
+            last_bb: bb,
+            last_count: bb.fast_count.get(),
+            top_sp: next_sp,
+            key: self.summary_key(t),
+        };
+        true
+    }
+
+    /// The [`Fast::key`] of the thread's present state (panic-free: the fast path uses it).
+    #[inline(always)]
+    fn summary_key(&self, t: &ThreadState) -> u64 {
+        let Some(cid) = t.cxt else {
+            return u64::MAX;
+        };
+        if t.nonskipped.is_some() {
+            return u64::MAX;
+        }
+        let Some(c) = self.cxts.get(cid as usize) else {
+            return u64::MAX;
+        };
+        let Some(&f0) = c.fns.first() else {
+            return u64::MAX;
+        };
+        if c.recs <= 1 {
+            return fast_key(cid, 0);
+        }
+        let level = t
+            .fn_active
+            .get(f0 as usize)
+            .copied()
+            .unwrap_or(0)
+            .min(c.recs);
+        if level == 0 {
+            u64::MAX
+        } else {
+            fast_key(cid, level - 1)
+        }
+    }
+
     /// Recomputes the thread's [`Fast`] summary after the slow path changed its state.
     pub fn refresh_fast(&mut self, t: &mut ThreadState) {
         let (last_bb, last_count) = match t.last_bbcc {
@@ -464,28 +613,7 @@ impl Runtime {
             }
             None => (core::ptr::null(), core::ptr::null_mut()),
         };
-        let key = match t.cxt {
-            Some(c) if t.nonskipped.is_none() => {
-                let c = &self.cxts[c as usize];
-                let cid = t.cxt.unwrap_or(0);
-                if c.recs <= 1 {
-                    fast_key(cid, 0)
-                } else {
-                    let level = t
-                        .fn_active
-                        .get(c.fns[0] as usize)
-                        .copied()
-                        .unwrap_or(0)
-                        .min(c.recs);
-                    if level == 0 {
-                        u64::MAX
-                    } else {
-                        fast_key(cid, level - 1)
-                    }
-                }
-            }
-            _ => u64::MAX,
-        };
+        let key = self.summary_key(t);
         t.fast = Fast {
             last_bb,
             last_count,
