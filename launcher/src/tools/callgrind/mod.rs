@@ -1,4 +1,6 @@
-//! `--tool=callgrind`: call-graph profiling. Every executed block first calls `clg_setup`
+//! `--tool=callgrind`: call-graph profiling. Every executed block first calls
+//! `clg_setup_fast` (integer-only, lean trampoline: the common jump and return cases, see
+//! [`runtime::Runtime::setup_fast`]) and, only when that declines, `clg_setup`
 //! (Callgrind's `setup_bbcc`, see [`runtime`]) with the guest stack pointer; the routine
 //! charges the previous block, maintains the thread's shadow call stack and picks the cost
 //! centre of the new block. At the end (and on `CALLGRIND_DUMP_STATS`) the cost centres and
