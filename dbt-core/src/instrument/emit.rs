@@ -145,6 +145,13 @@ impl Plan {
                     arg1,
                     arg2,
                 } if insn == i => self.call(a, i, helper, arg1, arg2)?,
+                Op::CallFallback {
+                    insn,
+                    fast,
+                    slow,
+                    arg1,
+                    arg2,
+                } if insn == i => self.call_fallback(a, i, fast, slow, arg1, arg2)?,
                 _ => {}
             }
         }
@@ -392,6 +399,48 @@ impl Plan {
         let back = a.new_dynamic_label();
         helper_call(a, helper, arg2, back);
         dynasm!(a ; .arch x64 ; =>back ; gs mov rax, QWORD [IS0]);
+        Ok(())
+    }
+}
+
+impl Plan {
+    /// Callgrind (clgspeed): `fast` through the lean trampoline, whose result comes back in
+    /// `gs:[helper_args]`; if it is non-zero, `slow` with the same argument 1 (still in
+    /// `gs:[helper_args + 8]`: the trampolines do not write it). Flag-free (`jrcxz`).
+    fn call_fallback(
+        &mut self,
+        a: &mut Asm,
+        i: usize,
+        fast: Helper,
+        slow: Helper,
+        arg1: CallArg,
+        arg2: u64,
+    ) -> Result<(), String> {
+        let insn = self.facts[i].insn;
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
+        match arg1 {
+            CallArg::Imm(v) => dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64),
+            CallArg::Taken => taken(a, &insn)?,
+            CallArg::Target => target(a, &insn)?,
+            CallArg::Sp => dynasm!(a ; .arch x64 ; mov rax, rsp),
+        }
+        dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
+        let after_fast = a.new_dynamic_label();
+        let done = a.new_dynamic_label();
+        helper_call(a, fast, arg2, after_fast);
+        dynasm!(a
+            ; .arch x64
+            ; =>after_fast
+            ; gs mov rcx, QWORD [ARG0]
+            ; jrcxz =>done
+        );
+        helper_call(a, slow, arg2, done);
+        dynasm!(a
+            ; .arch x64
+            ; =>done
+            ; gs mov rcx, QWORD [IS1]
+            ; gs mov rax, QWORD [IS0]
+        );
         Ok(())
     }
 }
