@@ -15,7 +15,7 @@ use super::{BlockView, CallArg, DataRef, Helper, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
 use crate::context::*;
 use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
-use iced_x86::{Code, ConditionCode, Encoder, Instruction, MemoryOperand, OpKind, Register};
+use iced_x86::{Code, Encoder, Instruction, MemoryOperand, OpKind, Register};
 
 type Asm = VecAssembler<X64Relocation>;
 
@@ -477,7 +477,8 @@ fn taken(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
             dynasm!(a ; .arch x64 ; d: ; gs mov rcx, QWORD [IS1]);
         }
         _ => {
-            let cc = cc_number(insn.condition_code()).ok_or("branch without a condition")?;
+            let cc = crate::translate::cc_number(insn.condition_code())
+                .ok_or("branch without a condition")?;
             a.extend([0x0f, 0x90 + cc, 0xc0, 0x0f, 0xb6, 0xc0]); // setcc al; movzx eax, al
         }
     }
@@ -654,27 +655,4 @@ fn effective_address(a: &mut Asm, acc: &MemAccess, offset: i32) -> Result<(), St
         dynasm!(a ; .arch x64 ; lea rdx, [rdx + rcx]);
     }
     Ok(())
-}
-
-/// Condition code number (0..=15) of a `jcc`.
-fn cc_number(cc: ConditionCode) -> Option<u8> {
-    Some(match cc {
-        ConditionCode::o => 0,
-        ConditionCode::no => 1,
-        ConditionCode::b => 2,
-        ConditionCode::ae => 3,
-        ConditionCode::e => 4,
-        ConditionCode::ne => 5,
-        ConditionCode::be => 6,
-        ConditionCode::a => 7,
-        ConditionCode::s => 8,
-        ConditionCode::ns => 9,
-        ConditionCode::p => 10,
-        ConditionCode::np => 11,
-        ConditionCode::l => 12,
-        ConditionCode::ge => 13,
-        ConditionCode::le => 14,
-        ConditionCode::g => 15,
-        ConditionCode::None => return None,
-    })
 }
