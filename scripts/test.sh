@@ -22,4 +22,14 @@ fi
 bash dumper/scripts/install-test-tools.sh >/dev/null 2>&1 || echo "scripts/test.sh: gprof2dot not installed; its checks are skipped" >&2
 
 cargo build --release -p launcher
-cargo test --release --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --release --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run (cargo prints one per test binary, the last often a
+# doc-test binary with 0 tests).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "%d passed, %d failed\n", p, f }' "$log"
+exit "$status"

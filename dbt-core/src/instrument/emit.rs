@@ -15,7 +15,7 @@ use super::{BlockView, CallArg, DataRef, Helper, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
 use crate::context::*;
 use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
-use iced_x86::{Code, ConditionCode, Encoder, Instruction, MemoryOperand, OpKind, Register};
+use iced_x86::{Code, Encoder, Instruction, MemoryOperand, OpKind, Register};
 
 type Asm = VecAssembler<X64Relocation>;
 
@@ -145,6 +145,13 @@ impl Plan {
                     arg1,
                     arg2,
                 } if insn == i => self.call(a, i, helper, arg1, arg2)?,
+                Op::CallFallback {
+                    insn,
+                    fast,
+                    slow,
+                    arg1,
+                    arg2,
+                } if insn == i => self.call_fallback(a, i, fast, slow, arg1, arg2)?,
                 _ => {}
             }
         }
@@ -396,6 +403,48 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Callgrind (clgspeed): `fast` through the lean trampoline, whose result comes back in
+    /// `gs:[helper_args]`; if it is non-zero, `slow` with the same argument 1 (still in
+    /// `gs:[helper_args + 8]`: the trampolines do not write it). Flag-free (`jrcxz`).
+    fn call_fallback(
+        &mut self,
+        a: &mut Asm,
+        i: usize,
+        fast: Helper,
+        slow: Helper,
+        arg1: CallArg,
+        arg2: u64,
+    ) -> Result<(), String> {
+        let insn = self.facts[i].insn;
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
+        match arg1 {
+            CallArg::Imm(v) => dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64),
+            CallArg::Taken => taken(a, &insn)?,
+            CallArg::Target => target(a, &insn)?,
+            CallArg::Sp => dynasm!(a ; .arch x64 ; mov rax, rsp),
+        }
+        dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
+        let after_fast = a.new_dynamic_label();
+        let done = a.new_dynamic_label();
+        helper_call(a, fast, arg2, after_fast);
+        dynasm!(a
+            ; .arch x64
+            ; =>after_fast
+            ; gs mov rcx, QWORD [ARG0]
+            ; jrcxz =>done
+        );
+        helper_call(a, slow, arg2, done);
+        dynasm!(a
+            ; .arch x64
+            ; =>done
+            ; gs mov rcx, QWORD [IS1]
+            ; gs mov rax, QWORD [IS0]
+        );
+        Ok(())
+    }
+}
+
 /// `eax = 1` if the conditional branch `insn` will be taken, else 0; flags untouched.
 fn taken(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
     match insn.code() {
@@ -428,7 +477,8 @@ fn taken(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
             dynasm!(a ; .arch x64 ; d: ; gs mov rcx, QWORD [IS1]);
         }
         _ => {
-            let cc = cc_number(insn.condition_code()).ok_or("branch without a condition")?;
+            let cc = crate::translate::cc_number(insn.condition_code())
+                .ok_or("branch without a condition")?;
             a.extend([0x0f, 0x90 + cc, 0xc0, 0x0f, 0xb6, 0xc0]); // setcc al; movzx eax, al
         }
     }
@@ -605,27 +655,4 @@ fn effective_address(a: &mut Asm, acc: &MemAccess, offset: i32) -> Result<(), St
         dynasm!(a ; .arch x64 ; lea rdx, [rdx + rcx]);
     }
     Ok(())
-}
-
-/// Condition code number (0..=15) of a `jcc`.
-fn cc_number(cc: ConditionCode) -> Option<u8> {
-    Some(match cc {
-        ConditionCode::o => 0,
-        ConditionCode::no => 1,
-        ConditionCode::b => 2,
-        ConditionCode::ae => 3,
-        ConditionCode::e => 4,
-        ConditionCode::ne => 5,
-        ConditionCode::be => 6,
-        ConditionCode::a => 7,
-        ConditionCode::s => 8,
-        ConditionCode::ns => 9,
-        ConditionCode::p => 10,
-        ConditionCode::np => 11,
-        ConditionCode::l => 12,
-        ConditionCode::ge => 13,
-        ConditionCode::le => 14,
-        ConditionCode::g => 15,
-        ConditionCode::None => return None,
-    })
 }

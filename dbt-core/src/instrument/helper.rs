@@ -86,7 +86,8 @@ core::arch::global_asm!(
 
 // The lean variant for integer-only routines: no vector registers saved, no `cld` (the
 // routine uses no string instruction, so the guest's DF may stay), and the arithmetic flags
-// kept with lahf/seto instead of the slow popfq.
+// kept with lahf/seto instead of the slow popfq. The routine's return value is left in
+// `gs:[helper_args]` (argument 0's slot) for the code after the call.
 core::arch::global_asm!(
     ".globl rgrind_helper_call_int",
     ".type rgrind_helper_call_int,@function",
@@ -109,6 +110,8 @@ core::arch::global_asm!(
     "mov rsi, gs:[{args} + 8]",
     "mov rdx, gs:[{args} + 16]",
     "call qword ptr gs:[{func}]",
+    // Callgrind (clgspeed): the routine's result, for `Instrumenter::call_with_fallback`.
+    "mov gs:[{args}], rax",
     "pop r11",
     "pop r10",
     "pop r9",

@@ -181,6 +181,14 @@ pub(crate) enum Op {
         arg1: CallArg,
         arg2: u64,
     },
+    /// Callgrind (clgspeed): `fast` (integer-only) first; `slow` only if it returned non-zero.
+    CallFallback {
+        insn: usize,
+        fast: Helper,
+        slow: Helper,
+        arg1: CallArg,
+        arg2: u64,
+    },
 }
 
 // SAFETY: the raw pointers in `Op` point into cost arrays that live for the whole process
@@ -245,6 +253,30 @@ impl Instrumenter {
             dref,
             cache,
             helper,
+        });
+    }
+
+    /// Calls `fast(fast.arg0, arg1, arg2)` through the lean trampoline just before
+    /// instruction `insn` runs and, only if it returns non-zero, then
+    /// `slow(slow.arg0, arg1, arg2)` (same `arg1` value). `fast` must be integer-only
+    /// (`Helper::integer_only` is forced on for it). Added for Callgrind's per-block fast path.
+    pub fn call_with_fallback(
+        &mut self,
+        insn: usize,
+        fast: Helper,
+        slow: Helper,
+        arg1: CallArg,
+        arg2: u64,
+    ) {
+        self.ops.push(Op::CallFallback {
+            insn,
+            fast: Helper {
+                integer_only: true,
+                ..fast
+            },
+            slow,
+            arg1,
+            arg2,
         });
     }
 

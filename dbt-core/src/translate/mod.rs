@@ -189,8 +189,10 @@ fn uses_gs(insn: &Instruction) -> bool {
         )
 }
 
-fn cc_number(cc: ConditionCode) -> u8 {
-    match cc {
+/// Condition-code number (0..=15) of a `jcc`/`setcc`/`cmovcc` condition, as encoded in the
+/// low nibble of the opcode; None for instructions without a condition.
+pub(crate) fn cc_number(cc: ConditionCode) -> Option<u8> {
+    Some(match cc {
         ConditionCode::o => 0,
         ConditionCode::no => 1,
         ConditionCode::b => 2,
@@ -207,8 +209,8 @@ fn cc_number(cc: ConditionCode) -> u8 {
         ConditionCode::ge => 13,
         ConditionCode::le => 14,
         ConditionCode::g => 15,
-        ConditionCode::None => 0xff,
-    }
+        ConditionCode::None => return None,
+    })
 }
 
 /// Memory operand of `insn` as a standalone operand (for `mov rdx, <it>`).
@@ -641,8 +643,8 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
         }
         FlowControl::ConditionalBranch => {
             let target = insn.near_branch_target();
-            let cc = cc_number(insn.condition_code());
-            if cc != 0xff && !is_rcx_branch(insn) {
+            let cc = cc_number(insn.condition_code()).filter(|_| !is_rcx_branch(insn));
+            if let Some(cc) = cc {
                 em.jcc_exit(cc, target);
                 em.jmp_exit(ExitKind::Direct, next);
             } else {

@@ -13,6 +13,7 @@ const INTEGER_ONLY: &[&str] = &[
     "cachegrind::cg_data",
     "cachegrind::cg_cond",
     "cachegrind::cg_ind",
+    "callgrind::clg_setup_fast",
 ];
 
 fn bad_register(r: Register) -> bool {

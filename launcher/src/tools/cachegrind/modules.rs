@@ -6,6 +6,9 @@
 use dumper::ModuleInfo;
 use std::collections::BTreeMap;
 
+/// Address ranges `[start, end)`.
+type Ranges = Vec<(u64, u64)>;
+
 #[derive(Default)]
 pub struct Modules {
     /// Path -> (load bias, mapped ranges).
@@ -62,7 +65,7 @@ impl Modules {
             .ok()
             .map(|p| p.to_string_lossy().into_owned());
         // path -> (ranges, start of the mapping at file offset 0)
-        let mut now: BTreeMap<String, (Vec<(u64, u64)>, Vec<(u64, u64)>)> = BTreeMap::new();
+        let mut now: BTreeMap<String, (Ranges, Ranges)> = BTreeMap::new();
         for line in maps.lines() {
             let mut it = line.split_whitespace();
             let (Some(range), Some(_perms), Some(off)) = (it.next(), it.next(), it.next()) else {

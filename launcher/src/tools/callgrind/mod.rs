@@ -1,4 +1,6 @@
-//! `--tool=callgrind`: call-graph profiling. Every executed block first calls `clg_setup`
+//! `--tool=callgrind`: call-graph profiling. Every executed block first calls
+//! `clg_setup_fast` (integer-only, lean trampoline: the common jump and return cases, see
+//! [`runtime::Runtime::setup_fast`]) and, only when that declines, `clg_setup`
 //! (Callgrind's `setup_bbcc`, see [`runtime`]) with the guest stack pointer; the routine
 //! charges the previous block, maintains the thread's shadow call stack and picks the cost
 //! centre of the new block. At the end (and on `CALLGRIND_DUMP_STATS`) the cost centres and
@@ -74,6 +76,21 @@ extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
         }
     });
     0
+}
+
+/// The fast path of `clg_setup` (integer-only, no TLS, no allocation): returns 0 when it
+/// handled the block, 1 when `clg_setup` must run.
+extern "C" fn clg_setup_fast(info: u64, sp: u64, _: u64) -> u64 {
+    let key = dbt_core::tool::thread_key();
+    let rt = RT.load(Ordering::Relaxed);
+    let t = LAST_THREAD.load(Ordering::Relaxed);
+    if rt.is_null() || t.is_null() || LAST_KEY.load(Ordering::Relaxed) != key {
+        return 1;
+    }
+    // SAFETY: as in `runtime_and_thread` (leaked runtime, boxed thread states, one guest
+    // thread at a time); `info` is a BlockInfo leaked by `instrument`, never freed.
+    let done = unsafe { (*rt).setup_fast(&mut *t, &*(info as *const BlockInfo), sp) };
+    u64::from(!done)
 }
 
 /// Per-function data the tool keeps for naming and flags.
@@ -256,6 +273,9 @@ impl Callgrind {
             insn_addrs: b.insns.iter().map(|v| v.addr).collect(),
             rep,
             last: std::cell::Cell::new((u32::MAX, u32::MAX, u32::MAX)),
+            fast_key: std::cell::Cell::new(u64::MAX),
+            fast_count: std::cell::Cell::new(core::ptr::null_mut()),
+            plain_exit: exit == Exit::Other && n_rep == 0,
         });
         let p = Box::into_raw(info) as *const BlockInfo;
         self.blocks.insert((b.start, b.end), p);
@@ -417,8 +437,13 @@ impl Tool for Callgrind {
             return;
         }
         let info = self.block_info(b, ins);
-        ins.call(
+        ins.call_with_fallback(
             0,
+            Helper {
+                func: clg_setup_fast,
+                arg0: info as u64,
+                integer_only: true,
+            },
             Helper {
                 func: clg_setup,
                 arg0: info as u64,
@@ -449,8 +474,9 @@ impl Tool for Callgrind {
             TOGGLE_COLLECT => {
                 let key = dbt_core::tool::thread_key();
                 // SAFETY: tool hooks run with the guest stopped.
-                if let Some((_, t)) = unsafe { runtime_and_thread(key) } {
+                if let Some((rt, t)) = unsafe { runtime_and_thread(key) } {
                     t.collect = !t.collect;
+                    rt.refresh_fast(t);
                 }
             }
             START_INSTRUMENTATION | STOP_INSTRUMENTATION => {

@@ -10,6 +10,11 @@
 //! * A block is charged when the next block of its thread starts, as Callgrind does without
 //!   cache simulation, so the very last block before the process ends is not counted.
 //! * Contexts, cost centres and arcs are numbered in creation order (Callgrind's ids follow).
+//! * [`Runtime::setup_fast`] is an exact shortcut of [`Runtime::setup`] for the common case
+//!   (the previous block ended in a plain jump or fall-through, within the same object and
+//!   section, into no function entry, with no frame to unwind): it reads only the thread's
+//!   [`Fast`] summary, which `setup` (and every other change of thread state) refreshes, and
+//!   the block's cached cost centre. Cost centres are boxed so their counters never move.
 //!
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
@@ -87,6 +92,42 @@ pub struct BlockInfo {
     pub rep: Vec<(usize, *mut u64)>,
     /// Last `(context, recursion level, cost centre)` used for this block (Callgrind's LRU).
     pub last: Cell<(u32, u32, u32)>,
+    /// The same entry for the fast path: `fast_key(context, level)` (`u64::MAX`: none) and
+    /// the cost centre's execution counter.
+    pub fast_key: Cell<u64>,
+    pub fast_count: Cell<*mut u64>,
+    /// `exit == Other` and no `rep` instruction: the next block may take the fast path.
+    pub plain_exit: bool,
+}
+
+/// The key of a (context, recursion level) pair in [`BlockInfo::fast_key`] and [`Fast`].
+fn fast_key(cxt: u32, rec: u32) -> u64 {
+    (u64::from(cxt) << 32) | u64::from(rec)
+}
+
+/// What [`Runtime::setup_fast`] needs of a thread, kept up to date by the slow path.
+pub struct Fast {
+    /// The previous block (null: none).
+    last_bb: *const BlockInfo,
+    /// Its cost centre's execution counter (valid when `last_bb` is not null).
+    last_count: *mut u64,
+    /// `sp` of the top shadow-stack frame (`u64::MAX`: empty stack).
+    top_sp: u64,
+    /// `fast_key` of the cost-centre context and level a non-call transfer would use;
+    /// `u64::MAX` when the slow path must decide (no context, a skipped function active, a
+    /// recursion level to be fixed up).
+    key: u64,
+}
+
+impl Default for Fast {
+    fn default() -> Self {
+        Fast {
+            last_bb: core::ptr::null(),
+            last_count: core::ptr::null_mut(),
+            top_sp: u64::MAX,
+            key: u64::MAX,
+        }
+    }
 }
 
 /// A context: a function and (with `--separate-callers`) its callers, innermost first.
@@ -145,6 +186,7 @@ pub struct ThreadState {
     fn_active: Vec<u32>,
     nonskipped: Option<u32>,
     pub collect: bool,
+    fast: Fast,
 }
 
 /// Requests the runtime makes of the tool (function entry/exit triggers).
@@ -160,7 +202,9 @@ pub enum Trigger {
 pub struct Runtime {
     pub cxts: Vec<Cxt>,
     cxt_map: HashMap<Vec<u32>, u32>,
-    pub bbccs: Vec<Bbcc>,
+    /// Boxed: the fast path keeps pointers to the counters.
+    #[allow(clippy::vec_box)]
+    pub bbccs: Vec<Box<Bbcc>>,
     bbcc_map: HashMap<(usize, u32, u32), u32>,
     pub jccs: Vec<Jcc>,
     jcc_map: HashMap<(u32, u32), u32>,
@@ -193,6 +237,7 @@ impl Runtime {
             fn_active: Vec::new(),
             nonskipped: None,
             collect: self.collect_atstart,
+            fast: Fast::default(),
         }));
         let last = self.threads.len() - 1;
         &mut *self.threads[last]
@@ -219,6 +264,8 @@ impl Runtime {
         }
         let b = self.get_bbcc_slow(bb, cxt, rec);
         bb.last.set((cxt, rec, b));
+        bb.fast_key.set(fast_key(cxt, rec));
+        bb.fast_count.set(&mut self.bbccs[b as usize].count);
         b
     }
 
@@ -228,14 +275,14 @@ impl Runtime {
             return b;
         }
         let id = self.bbccs.len() as u32;
-        self.bbccs.push(Bbcc {
+        self.bbccs.push(Box::new(Bbcc {
             bb,
             cxt,
             rec,
             count: 0,
             rep_extra: vec![0; bb.rep.len()],
             skipped: 0,
-        });
+        }));
         self.bbcc_map.insert(key, id);
         id
     }
@@ -376,8 +423,212 @@ impl Runtime {
         }
     }
 
+    /// The common case of [`Runtime::setup`] with integer arithmetic only (called through
+    /// the lean trampoline: no allocation, no TLS, no panic); returns false, having changed
+    /// nothing, when `setup` must run instead. See the module's invariants.
+    #[inline(always)]
+    pub fn setup_fast(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) -> bool {
+        let f = &mut t.fast;
+        if f.last_bb.is_null() || f.key == u64::MAX || f.key != bb.fast_key.get() {
+            return false;
+        }
+        // SAFETY: `last_bb` is a leaked BlockInfo (never freed), set by `refresh_fast`.
+        let lbb = unsafe { &*f.last_bb };
+        if lbb.exit == Exit::Return && lbb.rep.is_empty() {
+            return self.setup_fast_ret(t, lbb, bb, sp);
+        }
+        if !lbb.plain_exit
+            || bb.is_entry
+            || lbb.sect != bb.sect
+            || lbb.obj != bb.obj
+            || f.top_sp < sp
+        {
+            return false;
+        }
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        if t.collect {
+            t.cost = t.cost.wrapping_add(lbb.n_insns);
+            // SAFETY: a boxed cost centre's counter (`Runtime::bbccs` never drops them); guest
+            // threads run one at a time.
+            unsafe { *f.last_count = (*f.last_count).wrapping_add(1) };
+        }
+        f.last_bb = bb;
+        f.last_count = bb.fast_count.get();
+        t.last_bbcc = Some(bb.last.get().2);
+        true
+    }
+
+    /// The fast path for a block reached by a `ret` that pops exactly one shadow-stack frame
+    /// (a real call's frame, into a known context, with no `--dump-after`/`--toggle-collect`
+    /// function returning): everything is checked before anything changes.
+    #[inline(always)]
+    fn setup_fast_ret(
+        &mut self,
+        t: &mut ThreadState,
+        lbb: &BlockInfo,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
+        let n = t.stack.len();
+        if n == 0 || t.nonskipped.is_some() {
+            return false;
+        }
+        let Some(top) = t.stack.get(n - 1) else {
+            return false;
+        };
+        if sp < top.sp || (sp == top.sp && top.ret_addr != bb.addr) {
+            return false;
+        }
+        let next_sp = match n.checked_sub(2).and_then(|i| t.stack.get(i)) {
+            Some(e) if e.sp < sp => return false,
+            Some(e) => e.sp,
+            None => u64::MAX,
+        };
+        // (A frame that restores a skipped-function state is left to `setup`: copying the
+        // `Option` would be done with a vector register.)
+        let (Some(j), Some(new_cxt), None) = (top.jcc, top.cxt, top.nonskipped) else {
+            return false;
+        };
+        let (enter_cost, fn_sp) = (top.enter_cost, top.fn_sp);
+        let Some(jcc) = self.jccs.get(j as usize) else {
+            return false;
+        };
+        let (Some(fb), Some(tb)) = (
+            self.bbccs.get(jcc.from as usize),
+            self.bbccs.get(jcc.to as usize),
+        ) else {
+            return false;
+        };
+        let fn_of = |c: u32| {
+            self.cxts
+                .get(c as usize)
+                .and_then(|x| x.fns.first().copied())
+        };
+        let (Some(from_fn), Some(to_fn)) = (fn_of(fb.cxt), fn_of(tb.cxt)) else {
+            return false;
+        };
+        // SAFETY: cost centres point at leaked BlockInfo values.
+        let to_flags = unsafe { &(*tb.bb).flags };
+        if to_flags.dump_after || to_flags.toggle_collect {
+            return false;
+        }
+        let Some(&a_old) = t.fn_active.get(to_fn as usize) else {
+            return false;
+        };
+        let a_new = if self.skip_direct_rec && from_fn == to_fn {
+            a_old
+        } else {
+            a_old.saturating_sub(1)
+        };
+        let Some(cx) = self.cxts.get(new_cxt as usize) else {
+            return false;
+        };
+        let Some(&top_fn) = cx.fns.first() else {
+            return false;
+        };
+        let idx = if cx.recs > 1 {
+            let cur = if top_fn == to_fn {
+                a_new
+            } else {
+                match t.fn_active.get(top_fn as usize) {
+                    Some(&v) => v,
+                    None => return false,
+                }
+            };
+            match cur.min(cx.recs).checked_sub(1) {
+                Some(i) => i,
+                None => return false,
+            }
+        } else {
+            0
+        };
+        if bb.fast_key.get() != fast_key(new_cxt, idx) {
+            return false;
+        }
+        // Commit: charge the previous block, pop the frame (as `pop`), enter `bb`.
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        let f = &mut t.fast;
+        if t.collect {
+            t.cost = t.cost.wrapping_add(lbb.n_insns);
+            // SAFETY: see `setup_fast`.
+            unsafe { *f.last_count = (*f.last_count).wrapping_add(1) };
+        }
+        if let Some(jcc) = self.jccs.get_mut(j as usize) {
+            jcc.incl = jcc.incl.wrapping_add(t.cost.wrapping_sub(enter_cost));
+        }
+        if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
+            *a = a_new;
+        }
+        t.stack.truncate(n - 1);
+        t.nonskipped = None;
+        t.cxt = Some(new_cxt);
+        t.fn_stack.truncate(fn_sp);
+        t.last_bbcc = Some(bb.last.get().2);
+        t.fast = Fast {
+            last_bb: bb,
+            last_count: bb.fast_count.get(),
+            top_sp: next_sp,
+            key: self.summary_key(t),
+        };
+        true
+    }
+
+    /// The [`Fast::key`] of the thread's present state (panic-free: the fast path uses it).
+    #[inline(always)]
+    fn summary_key(&self, t: &ThreadState) -> u64 {
+        let Some(cid) = t.cxt else {
+            return u64::MAX;
+        };
+        if t.nonskipped.is_some() {
+            return u64::MAX;
+        }
+        let Some(c) = self.cxts.get(cid as usize) else {
+            return u64::MAX;
+        };
+        let Some(&f0) = c.fns.first() else {
+            return u64::MAX;
+        };
+        if c.recs <= 1 {
+            return fast_key(cid, 0);
+        }
+        let level = t
+            .fn_active
+            .get(f0 as usize)
+            .copied()
+            .unwrap_or(0)
+            .min(c.recs);
+        if level == 0 {
+            u64::MAX
+        } else {
+            fast_key(cid, level - 1)
+        }
+    }
+
+    /// Recomputes the thread's [`Fast`] summary after the slow path changed its state.
+    pub fn refresh_fast(&mut self, t: &mut ThreadState) {
+        let (last_bb, last_count) = match t.last_bbcc {
+            Some(b) => {
+                let c = &mut self.bbccs[b as usize];
+                (c.bb, core::ptr::addr_of_mut!(c.count))
+            }
+            None => (core::ptr::null(), core::ptr::null_mut()),
+        };
+        let key = self.summary_key(t);
+        t.fast = Fast {
+            last_bb,
+            last_count,
+            top_sp: t.stack.last().map_or(u64::MAX, |e| e.sp),
+            key,
+        };
+    }
+
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
-    pub fn setup(&mut self, t: &mut ThreadState, bb: &BlockInfo, mut sp: u64) {
+    pub fn setup(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) {
+        self.setup_slow(t, bb, sp);
+        self.refresh_fast(t);
+    }
+
+    fn setup_slow(&mut self, t: &mut ThreadState, bb: &BlockInfo, mut sp: u64) {
         self.bb_executions += 1;
         let last = t.last_bbcc;
         let mut jk = Exit::Other;
@@ -567,6 +818,7 @@ impl Runtime {
                 self.pop(t);
             }
             t.last_bbcc = None;
+            self.refresh_fast(t);
         }
     }
 }
