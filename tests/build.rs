@@ -56,6 +56,7 @@ const GUESTS: &[Guest] = &[
     g("jit", "jit.c", &[]),
     g("spin", "spin.c", &[]),
     g("vecstate", "vecstate.c", &[]),
+    g("execmask", "execmask.c", &[]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

@@ -108,6 +108,9 @@ pub struct ThreadContext {
     pub stepping: u64,
     /// Another thread asked for the run lock (time slice over).
     pub yield_requested: u64,
+    /// Signals the guest asked to block that rgrind keeps unblocked on the host (SIGTRAP,
+    /// signal 64): reported in the guest's mask and applied for real at exec.
+    pub guest_hidden_blocked: u64,
     /// The guest's alternate signal stack (size 0: none).
     pub guest_ss_sp: u64,
     pub guest_ss_size: u64,

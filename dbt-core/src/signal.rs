@@ -715,12 +715,21 @@ pub fn raise_sync(ctx: &mut ThreadContext, sig: i32, addr: u64) {
 }
 
 /// Guest rt_sigprocmask: passed to the kernel with rgrind's private signal kept unblocked.
-pub fn sigprocmask(how: u64, set: u64, old: u64, size: u64) -> i64 {
+pub fn sigprocmask(ctx: &mut ThreadContext, how: u64, set: u64, old: u64, size: u64) -> i64 {
+    // The guest's view of the signals rgrind keeps unblocked on the host, before this call.
+    let hidden_old = ctx.guest_hidden_blocked;
     let mut new = 0u64;
     let set_ptr = if set != 0 {
         if !read_guest_struct(set, &mut new) {
             return -(libc::EFAULT as i64);
         }
+        let asked = new & never_blocked();
+        ctx.guest_hidden_blocked = match how as i32 {
+            libc::SIG_BLOCK => hidden_old | asked,
+            libc::SIG_UNBLOCK => hidden_old & !asked,
+            libc::SIG_SETMASK => asked,
+            _ => return -(libc::EINVAL as i64),
+        };
         if how != libc::SIG_UNBLOCK as u64 {
             new &= !never_blocked();
         }
@@ -736,8 +745,36 @@ pub fn sigprocmask(how: u64, set: u64, old: u64, size: u64) -> i64 {
             [how, set_ptr, &mut prev as *mut u64 as u64, size, 0, 0],
         )
     };
-    if r == 0 && old != 0 && !write_guest_struct(old, &prev) {
+    if r == 0 && old != 0 && !write_guest_struct(old, &(prev | hidden_old)) {
         return -(libc::EFAULT as i64);
     }
     r
+}
+
+/// Puts the guest's exact signal mask on the host thread just before an exec (the new program
+/// inherits the mask; rgrind's own unblocked signals must not leak into it). Returns the mask to
+/// restore if the exec fails.
+pub fn exact_mask_for_exec(ctx: &ThreadContext) -> u64 {
+    let host = current_mask();
+    let exact = host | ctx.guest_hidden_blocked;
+    // SAFETY: sets this thread's mask from a value we own; rgrind's handlers are not needed
+    // across the exec (which replaces them), and the caller restores `host` if it fails.
+    unsafe {
+        raw::syscall6(
+            libc::SYS_rt_sigprocmask as u64,
+            [
+                libc::SIG_SETMASK as u64,
+                &exact as *const u64 as u64,
+                0,
+                8,
+                0,
+                0,
+            ],
+        )
+    };
+    host
+}
+
+pub fn restore_mask(mask: u64) {
+    set_mask(mask);
 }

@@ -614,6 +614,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("jit", "jit", &[]),
     gc("spin", "spin", &[]),
     gc("vecstate", "vecstate", &[]),
+    gc("execmask", "execmask", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

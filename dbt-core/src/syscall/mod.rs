@@ -91,7 +91,7 @@ pub fn handle(ctx: &mut ThreadContext) -> bool {
             crate::runlock::acquire();
             r
         }
-        Disposition::Mask => crate::signal::sigprocmask(args[0], args[1], args[2], args[3]),
+        Disposition::Mask => crate::signal::sigprocmask(ctx, args[0], args[1], args[2], args[3]),
         Disposition::Brk => brk(args[0]),
         Disposition::Memory => memory(nr, args),
         Disposition::ArchPrctl => arch_prctl(ctx, args),
@@ -101,7 +101,7 @@ pub fn handle(ctx: &mut ThreadContext) -> bool {
         }
         Disposition::ProcSelf => proc_self(nr, args),
         Disposition::Clone => clone(ctx, nr, args),
-        Disposition::Exec => exec(nr, args),
+        Disposition::Exec => exec(ctx, nr, args),
         Disposition::NoSys => -ENOSYS,
         Disposition::Signal => match nr as i64 {
             libc::SYS_rt_sigaction => crate::signal::sigaction(args[0], args[1], args[2], args[3]),
@@ -471,7 +471,7 @@ fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     r
 }
 
-fn exec(nr: u64, a: [u64; 6]) -> i64 {
+fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     let (path_arg, argv, envp) = match nr as i64 {
         libc::SYS_execve => (a[0], a[1], a[2]),
         _ => (a[1], a[2], a[3]),
@@ -499,10 +499,14 @@ fn exec(nr: u64, a: [u64; 6]) -> i64 {
     // The profile is written before the image is replaced, as Valgrind does.
     finish(FiniReason::Exec);
     if !trace {
-        return pass(
+        // The native program inherits the mask: give it exactly the guest's.
+        let host_mask = crate::signal::exact_mask_for_exec(ctx);
+        let r = pass(
             libc::SYS_execve as u64,
             [path.as_ptr() as u64, argv, envp, 0, 0, 0],
         );
+        crate::signal::restore_mask(host_mask);
+        return r;
     }
     // Run rgrind again on the new program, with the same options.
     let guest_args = read_guest_ptr_array(argv);
