@@ -57,6 +57,8 @@ const GUESTS: &[Guest] = &[
     g("spin", "spin.c", &[]),
     g("vecstate", "vecstate.c", &[]),
     g("execmask", "execmask.c", &[]),
+    g("shm", "shm.c", &[]),
+    g("vforkorder", "vforkorder.c", &[]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

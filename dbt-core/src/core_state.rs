@@ -28,6 +28,8 @@ pub struct Process {
     /// Guest memory that is currently writable: code translated from it gets an entry check
     /// of its bytes (self-modifying code, JITs).
     pub writable: GuestRanges,
+    /// System V shared-memory attachments: address -> size.
+    pub shm_segments: std::collections::HashMap<u64, u64>,
     pub trace_children: bool,
     pub trace_syscalls: bool,
     /// How to run rgrind again on an exec'd program: rgrind's own exe and its options.

@@ -154,6 +154,7 @@ pub fn start(
                 w.insert(loaded.stack_start, loaded.stack_end);
                 w
             },
+            shm_segments: Default::default(),
             trace_children: opts.trace_children,
             trace_syscalls: opts.trace_syscalls,
             rgrind_exe: opts.rgrind_exe.clone(),

@@ -615,6 +615,8 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("spin", "spin", &[]),
     gc("vecstate", "vecstate", &[]),
     gc("execmask", "execmask", &[]),
+    gc("shm", "shm", &[]),
+    gc("vforkorder", "vforkorder", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

@@ -95,6 +95,9 @@ pub fn resolve_with_path(
         let (interp, optarg) = if let Some(line) = head.strip_prefix(b"#!") {
             match parse_hashbang(line) {
                 Some(parsed) => parsed,
+                // `#!` naming no interpreter: the kernel refuses it, and the shell (and Valgrind)
+                // then run the file as a shell script.
+                None if script.is_none() => (OsString::from(DEFAULT_SHELL), None),
                 None => {
                     return Err(bad_interp(
                         LoadError::Os {

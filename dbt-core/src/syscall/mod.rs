@@ -58,6 +58,7 @@ fn disposition(nr: u64) -> Disposition {
     match nr as i64 {
         libc::SYS_brk => Brk,
         libc::SYS_mmap | libc::SYS_munmap | libc::SYS_mprotect | libc::SYS_mremap => Memory,
+        libc::SYS_shmat | libc::SYS_shmdt => Memory,
         libc::SYS_arch_prctl => ArchPrctl,
         libc::SYS_exit | libc::SYS_exit_group => Exit,
         libc::SYS_readlink | libc::SYS_readlinkat | libc::SYS_open | libc::SYS_openat => ProcSelf,
@@ -185,6 +186,44 @@ fn guest_may_touch(c: &crate::core_state::Core, start: u64, end: u64) -> bool {
 fn memory(nr: u64, a: [u64; 6]) -> i64 {
     let mut c = core();
     match nr as i64 {
+        libc::SYS_shmat => {
+            // shmat(shmid, addr, flags): a System V segment mapped where the kernel (or the
+            // guest, with SHM_REMAP) says; record it like an mmap.
+            let r = pass(nr, a);
+            if r >= 0 {
+                // SAFETY: shmid_ds is plain data the kernel fills.
+                let mut ds: libc::shmid_ds = unsafe { core::mem::zeroed() };
+                // SAFETY: IPC_STAT into our own buffer.
+                let ok = unsafe { libc::shmctl(a[0] as i32, libc::IPC_STAT, &mut ds) } == 0;
+                let size = if ok {
+                    page_up(ds.shm_segsz as u64)
+                } else {
+                    PAGE
+                };
+                let start = r as u64;
+                c.process.mappings.insert(start, start + size);
+                c.process
+                    .set_writable(start, start + size, a[2] as i32 & libc::SHM_RDONLY == 0);
+                c.process.shm_segments.insert(start, size);
+                if c.cache.invalidate(start, start + size) > 0 {
+                    clear_ibl_all();
+                }
+            }
+            r
+        }
+        libc::SYS_shmdt => {
+            let r = pass(nr, a);
+            if r == 0 {
+                if let Some(size) = c.process.shm_segments.remove(&a[0]) {
+                    c.process.mappings.remove(a[0], a[0] + size);
+                    c.process.set_writable(a[0], a[0] + size, false);
+                    if c.cache.invalidate(a[0], a[0] + size) > 0 {
+                        clear_ibl_all();
+                    }
+                }
+            }
+            r
+        }
         libc::SYS_mmap => {
             let (addr, len, flags) = (a[0], a[1], a[3] as i32);
             let fixed = flags & (libc::MAP_FIXED | libc::MAP_FIXED_NOREPLACE) != 0;
@@ -446,20 +485,46 @@ pub(crate) const CLONE_CHILD_CLEARTID: u64 = 0x200000;
 pub(crate) const CLONE_CHILD_SETTID: u64 = 0x1000000;
 
 fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
-    // clone(flags, newsp, parent_tid, child_tid, tls); fork and vfork are clone(SIGCHLD).
+    // clone(flags, newsp, parent_tid, child_tid, tls); fork is clone(SIGCHLD), vfork
+    // clone(CLONE_VM | CLONE_VFORK | SIGCHLD).
     let (flags, newsp, ptid, ctid, tls) = match nr as i64 {
         libc::SYS_clone => (a[0], a[1], a[2], a[3], a[4]),
+        libc::SYS_vfork => (CLONE_VM | CLONE_VFORK | libc::SIGCHLD as u64, 0, 0, 0, 0),
         _ => (libc::SIGCHLD as u64, 0, 0, 0, 0),
     };
     if flags & CLONE_VM != 0 && flags & CLONE_VFORK == 0 {
         return crate::thread::spawn(ctx, flags, newsp, ptid, ctid, tls);
     }
-    // A new process: vfork's shared memory and suspended parent become a plain fork, and the
+    // A new process: vfork's shared memory becomes a plain fork (as under Valgrind), and the
     // child keeps rgrind's host stack (a copy), switching only the guest's stack and TLS.
+    // vfork's suspended parent is kept: the parent waits until the child execs or exits, seen
+    // as the end of a close-on-exec pipe only the child holds.
+    let vfork = flags & CLONE_VFORK != 0;
+    let wait_pipe = if vfork { vfork_pipe() } else { None };
     let host_flags = flags & !(CLONE_VM | CLONE_VFORK | CLONE_SETTLS);
     // SAFETY: without CLONE_VM the child is a copy of this process; with newsp 0 it continues
     // on its copy of this very stack, so returning through Rust frames is sound in both.
     let r = unsafe { raw::syscall6(libc::SYS_clone as u64, [host_flags, 0, ptid, ctid, 0, 0]) };
+    if let Some((rd, wr)) = wait_pipe {
+        // SAFETY: closing and reading descriptors this process created above.
+        unsafe {
+            if r == 0 {
+                libc::close(rd);
+            } else {
+                libc::close(wr);
+                if r > 0 {
+                    crate::runlock::release();
+                    let mut b = 0u8;
+                    while libc::read(rd, (&mut b as *mut u8).cast(), 1) < 0
+                        && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+                    {
+                    }
+                    crate::runlock::acquire();
+                }
+                libc::close(rd);
+            }
+        }
+    }
     if r == 0 {
         if newsp != 0 {
             ctx.gpr[reg::RSP] = newsp;
@@ -469,6 +534,24 @@ fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
         }
     }
     r
+}
+
+/// A close-on-exec pipe above the guest's usual descriptors, for vfork's wait.
+fn vfork_pipe() -> Option<(i32, i32)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2/fcntl/close on descriptors this process owns.
+    unsafe {
+        if libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            return None;
+        }
+        let high = |fd: i32| {
+            let h = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 1000);
+            libc::close(fd);
+            h
+        };
+        let (rd, wr) = (high(fds[0]), high(fds[1]));
+        (rd >= 0 && wr >= 0).then_some((rd, wr))
+    }
 }
 
 fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
