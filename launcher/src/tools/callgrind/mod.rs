@@ -1,5 +1,5 @@
 //! `--tool=callgrind`: call-graph profiling. Every executed block first calls
-//! `clg_setup_fast` (integer-only, lean trampoline: the common jump and return cases, see
+//! `clg_setup_fast` (integer-only, lean trampoline: the common jump, call and return cases, see
 //! [`runtime::Runtime::setup_fast`]) and, only when that declines, `clg_setup`
 //! (Callgrind's `setup_bbcc`, see [`runtime`]) with the guest stack pointer; the routine
 //! charges the previous block, maintains the thread's shadow call stack and picks the cost

@@ -15,6 +15,10 @@
 //!   section, into no function entry, with no frame to unwind): it reads only the thread's
 //!   [`Fast`] summary, which `setup` (and every other change of thread state) refreshes, and
 //!   the block's cached cost centre. Cost centres are boxed so their counters never move.
+//!   It also covers a `ret` popping exactly one real call's frame and a real call whose
+//!   callee context, cost centre and arc are already cached (the caller's cost centre keeps
+//!   its last arc in [`Bbcc::last_call`]) and whose frame fits the shadow stacks' spare
+//!   capacity (the fast path never allocates).
 //!
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
@@ -149,6 +153,9 @@ pub struct Bbcc {
     pub rep_extra: Vec<u64>,
     /// Cost of skipped functions called from here (`--skip-plt`, `--fn-skip`).
     pub skipped: u64,
+    /// The last call arc from here: `(callee cost centre << 32) | arc` (`u64::MAX`: none),
+    /// for the fast path of a real call.
+    pub last_call: u64,
 }
 
 /// A call arc between two cost centres.
@@ -228,8 +235,9 @@ impl Runtime {
         self.threads.push(Box::new(ThreadState {
             key,
             tid,
-            stack: Vec::new(),
-            fn_stack: Vec::new(),
+            // Spare capacity from the start: the fast path pushes only without reallocating.
+            stack: Vec::with_capacity(256),
+            fn_stack: Vec::with_capacity(256),
             cxt: None,
             cost: 0,
             lastdump_cost: 0,
@@ -282,6 +290,7 @@ impl Runtime {
             count: 0,
             rep_extra: vec![0; bb.rep.len()],
             skipped: 0,
+            last_call: u64::MAX,
         }));
         self.bbcc_map.insert(key, id);
         id
@@ -392,6 +401,7 @@ impl Runtime {
             }
             let depth = *a;
             self.jccs[j as usize].count += 1;
+            self.bbccs[from as usize].last_call = (u64::from(to) << 32) | u64::from(j);
             if depth == 1 {
                 let flags = self.bb_of(to).flags;
                 if flags.dump_before {
@@ -429,11 +439,17 @@ impl Runtime {
     #[inline(always)]
     pub fn setup_fast(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) -> bool {
         let f = &mut t.fast;
-        if f.last_bb.is_null() || f.key == u64::MAX || f.key != bb.fast_key.get() {
+        if f.last_bb.is_null() {
             return false;
         }
         // SAFETY: `last_bb` is a leaked BlockInfo (never freed), set by `refresh_fast`.
         let lbb = unsafe { &*f.last_bb };
+        if lbb.exit == Exit::Call {
+            return self.setup_fast_call(t, lbb, bb, sp);
+        }
+        if f.key == u64::MAX || f.key != bb.fast_key.get() {
+            return false;
+        }
         if lbb.exit == Exit::Return && lbb.rep.is_empty() {
             return self.setup_fast_ret(t, lbb, bb, sp);
         }
@@ -455,6 +471,146 @@ impl Runtime {
         f.last_bb = bb;
         f.last_count = bb.fast_count.get();
         t.last_bbcc = Some(bb.last.get().2);
+        true
+    }
+
+    /// The fast path for a block reached by a real call (the previous block ended in a
+    /// `call`): the callee's context must be the caller's (direct recursion) or, with
+    /// `--separate-callers=0`, the one-function context cached in the block's cost-centre
+    /// entry; the cost centre must be that entry, the arc the caller's cached last arc, and
+    /// both shadow stacks must have spare capacity. Skipped functions, trigger and toggle
+    /// functions, `rep` extras, a skipped-function state and frames to unwind are left to
+    /// `setup`. Everything is checked before anything changes.
+    #[inline(always)]
+    fn setup_fast_call(
+        &mut self,
+        t: &mut ThreadState,
+        lbb: &BlockInfo,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
+        let fl = &bb.flags;
+        if fl.skip || fl.dump_before || fl.zero_before || fl.toggle_collect {
+            return false;
+        }
+        if !lbb.rep.is_empty() || t.nonskipped.is_some() || t.fast.top_sp < sp {
+            return false;
+        }
+        let (Some(old_cxt), Some(from)) = (t.cxt, t.last_bbcc) else {
+            return false;
+        };
+        let bkey = bb.fast_key.get();
+        if bkey == u64::MAX {
+            return false;
+        }
+        // As `push_cxt`: the context stays on direct recursion, else it is `[fn]`.
+        let push_fn = t.fn_stack.last() != Some(&bb.fn_id);
+        let new_cxt = if push_fn {
+            if fl.separate_callers != 0 {
+                return false;
+            }
+            let c = (bkey >> 32) as u32;
+            match self.cxts.get(c as usize) {
+                // `cxt_map` is one-to-one, so this is what `get_cxt(&[fn])` returns.
+                Some(x) if x.fns.len() == 1 && x.fns.first() == Some(&bb.fn_id) => c,
+                _ => return false,
+            }
+        } else {
+            old_cxt
+        };
+        let Some(cx) = self.cxts.get(new_cxt as usize) else {
+            return false;
+        };
+        let (Some(&to_fn), recs) = (cx.fns.first(), cx.recs) else {
+            return false;
+        };
+        let Some(fbcc) = self.bbccs.get(from as usize) else {
+            return false;
+        };
+        let last_call = fbcc.last_call;
+        let Some(&from_fn) = self.cxts.get(fbcc.cxt as usize).and_then(|c| c.fns.first()) else {
+            return false;
+        };
+        let Some(&a_old) = t.fn_active.get(to_fn as usize) else {
+            return false;
+        };
+        let a_new = if self.skip_direct_rec && from_fn == to_fn {
+            a_old
+        } else {
+            match a_old.checked_add(1) {
+                Some(v) => v,
+                None => return false,
+            }
+        };
+        let idx = if recs > 1 {
+            match a_new.min(recs).checked_sub(1) {
+                Some(i) => i,
+                None => return false,
+            }
+        } else {
+            0
+        };
+        if bkey != fast_key(new_cxt, idx) {
+            return false;
+        }
+        // `fast_key` and `last` are set together: this is `get_bbcc(bb, new_cxt, idx)`.
+        let to = bb.last.get().2;
+        if (last_call >> 32) as u32 != to {
+            return false;
+        }
+        let j = last_call as u32;
+        match self.jccs.get(j as usize) {
+            Some(jc) if jc.from == from && jc.to == to => {}
+            _ => return false,
+        }
+        let (n, fsp) = (t.stack.len(), t.fn_stack.len());
+        if n >= t.stack.capacity() || (push_fn && fsp >= t.fn_stack.capacity()) {
+            return false;
+        }
+        // Commit: charge the previous block, push the context and the frame (as `push_cxt`
+        // and `push_call`), enter `bb`.
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        if t.collect {
+            t.cost = t.cost.wrapping_add(lbb.n_insns);
+            // SAFETY: see `setup_fast`.
+            unsafe { *t.fast.last_count = (*t.fast.last_count).wrapping_add(1) };
+        }
+        if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
+            *a = a_new;
+        }
+        if let Some(jc) = self.jccs.get_mut(j as usize) {
+            jc.count = jc.count.wrapping_add(1);
+        }
+        let entry = Entry {
+            jcc: Some(j),
+            sp,
+            ret_addr: lbb.end,
+            enter_cost: t.cost,
+            cxt: Some(old_cxt),
+            fn_sp: fsp,
+            nonskipped: None,
+        };
+        // SAFETY: `n < capacity` (checked above), so the slot is allocated; it is written
+        // before the length covers it.
+        unsafe {
+            t.stack.as_mut_ptr().add(n).write(entry);
+            t.stack.set_len(n + 1);
+        }
+        if push_fn {
+            // SAFETY: as above, `fsp < capacity`.
+            unsafe {
+                t.fn_stack.as_mut_ptr().add(fsp).write(bb.fn_id);
+                t.fn_stack.set_len(fsp + 1);
+            }
+        }
+        t.cxt = Some(new_cxt);
+        t.last_bbcc = Some(to);
+        t.fast = Fast {
+            last_bb: bb,
+            last_count: bb.fast_count.get(),
+            top_sp: sp,
+            key: self.summary_key(t),
+        };
         true
     }
 
