@@ -213,8 +213,8 @@ pub(crate) fn cc_number(cc: ConditionCode) -> Option<u8> {
     })
 }
 
-/// Memory operand of `insn` as a standalone operand (for `mov rdx, <it>`).
-fn memory_operand(insn: &Instruction) -> MemoryOperand {
+/// Memory operand of `insn` as a standalone operand (for `mov reg, <it>`).
+pub(crate) fn memory_operand(insn: &Instruction) -> MemoryOperand {
     let seg = insn.segment_prefix();
     MemoryOperand::new(
         insn.memory_base(),
