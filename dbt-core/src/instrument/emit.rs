@@ -497,19 +497,7 @@ fn target(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
         dynasm!(a ; .arch x64 ; mov rax, QWORD abs ; mov rax, QWORD [rax]);
         return Ok(());
     }
-    let m = MemoryOperand::new(
-        insn.memory_base(),
-        insn.memory_index(),
-        insn.memory_index_scale(),
-        insn.memory_displacement64() as i64,
-        if insn.memory_base() == Register::None && insn.memory_index() == Register::None {
-            8
-        } else {
-            insn.memory_displ_size().max(1)
-        },
-        false,
-        insn.segment_prefix(),
-    );
+    let m = crate::translate::memory_operand(insn);
     let mov =
         Instruction::with2(Code::Mov_r64_rm64, Register::RAX, m).map_err(|e| e.to_string())?;
     encode(a, &mov)

@@ -176,7 +176,17 @@ fn trap_signal(insn: &Instruction) -> Option<i32> {
 
 /// Whether the instruction touches GS, which rgrind owns.
 fn uses_gs(insn: &Instruction) -> bool {
-    insn.segment_prefix() == Register::GS
+    // A GS prefix is inert on an instruction that reads no memory: one without a memory
+    // operand, or a (reserved, hint) NOP whose memory form only encodes an address.
+    let is_nop = matches!(
+        insn.mnemonic(),
+        iced_x86::Mnemonic::Nop | iced_x86::Mnemonic::Reservednop
+    );
+    let gs_memory = insn.segment_prefix() == Register::GS
+        && !is_nop
+        && ((0..insn.op_count()).any(|i| insn.op_kind(i) == OpKind::Memory)
+            || insn.is_string_instruction());
+    gs_memory
         || (0..insn.op_count())
             .any(|i| insn.op_kind(i) == OpKind::Register && insn.op_register(i) == Register::GS)
         || matches!(
@@ -213,8 +223,8 @@ pub(crate) fn cc_number(cc: ConditionCode) -> Option<u8> {
     })
 }
 
-/// Memory operand of `insn` as a standalone operand (for `mov rdx, <it>`).
-fn memory_operand(insn: &Instruction) -> MemoryOperand {
+/// Memory operand of `insn` as a standalone operand (for `mov reg, <it>`).
+pub(crate) fn memory_operand(insn: &Instruction) -> MemoryOperand {
     let seg = insn.segment_prefix();
     MemoryOperand::new(
         insn.memory_base(),
@@ -686,6 +696,21 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
                 ; lea rsp, [rsp + pop]
             );
             em.ibl();
+            Ok(())
+        }
+        FlowControl::XbeginXabortXend => {
+            if matches!(insn.code(), Code::Xbegin_rel16 | Code::Xbegin_rel32) {
+                // A transaction that aborts at once (allowed by the architecture for any
+                // reason, and what Valgrind does): EAX = abort status 0, continue at the
+                // fallback address.
+                dynasm!(em.ops ; .arch x64 ; mov eax, 0);
+                em.jmp_exit(ExitKind::Direct, insn.near_branch_target());
+            } else {
+                // xend/xabort outside a transaction behave natively (#GP / no-op, or #UD
+                // without RTM): run them as they are.
+                em.ops.extend(bytes.iter().copied());
+                em.jmp_exit(ExitKind::Direct, next);
+            }
             Ok(())
         }
         _ => Err(format!("unexpected flow control {:?}", insn.flow_control())),
