@@ -118,6 +118,11 @@ pub struct ThreadContext {
     pub host_altstack: u64,
     pub sync_info: [u8; 128],
     pub pending_info: [[u8; 128]; crate::signal::NSIG],
+    /// The guest disposition of each pending signal when the host handler took it (the
+    /// kernel decides at that moment, not later when rgrind delivers the frame); valid for
+    /// the signals in `pending_snapped`.
+    pub pending_action: [crate::signal::KSigaction; crate::signal::NSIG],
+    pub pending_snapped: u64,
     /// Spill slots for translated code.
     pub scratch: [u64; N_SCRATCH],
     /// Instrumentation (`crate::instrument`): the helper trampoline's address, the top of this

@@ -272,8 +272,14 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
     if sig == YIELD {
         ctx.yield_requested = 1;
     } else {
-        // Asynchronous (or sent by a process): queue it for this thread.
+        // Asynchronous (or sent by a process): queue it for this thread, with its disposition
+        // as of now. try_lock: this thread may itself be inside `sigaction`, holding the lock;
+        // then the disposition is read at delivery instead.
         copy_info(&mut ctx.pending_info[sig], info);
+        if let Ok(actions) = ACTIONS.try_lock() {
+            ctx.pending_action[sig] = actions[sig];
+            ctx.pending_snapped |= bit(sig);
+        }
         ctx.pending.fetch_or(bit(sig), Ordering::SeqCst);
     }
     if in_cache || crate::dispatch::in_enter(pc) {
@@ -516,6 +522,7 @@ pub fn deliver_pending(ctx: &mut ThreadContext, restart_nr: Option<u64>) {
         unsafe { libc::sched_yield() };
         crate::runlock::acquire();
     }
+    let mut snapped: Option<KSigaction> = None;
     let (sig, info) = if ctx.sync_signal != 0 {
         let s = ctx.sync_signal as usize;
         ctx.sync_signal = 0;
@@ -527,11 +534,15 @@ pub fn deliver_pending(ctx: &mut ThreadContext, restart_nr: Option<u64>) {
         }
         let s = pend.trailing_zeros() as usize + 1;
         ctx.pending.fetch_and(!bit(s), Ordering::SeqCst);
+        if ctx.pending_snapped & bit(s) != 0 {
+            ctx.pending_snapped &= !bit(s);
+            snapped = Some(ctx.pending_action[s]);
+        }
         (s, ctx.pending_info[s])
     };
     let action = {
         let mut actions = ACTIONS.lock().unwrap_or_else(|p| p.into_inner());
-        let a = actions[sig];
+        let a = snapped.unwrap_or(actions[sig]);
         if a.handler > SIG_IGN && a.flags & SA_RESETHAND != 0 {
             actions[sig].handler = SIG_DFL;
             install_host(sig, host_disposition_for(sig, &actions[sig]));
