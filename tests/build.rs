@@ -59,6 +59,7 @@ const GUESTS: &[Guest] = &[
     g("execmask", "execmask.c", &[]),
     g("shm", "shm.c", &[]),
     g("vforkorder", "vforkorder.c", &[]),
+    g("pthexit", "pthexit.c", &[]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

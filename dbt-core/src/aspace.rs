@@ -97,7 +97,7 @@ impl GuestRanges {
 
 /// Whether any byte of `[start, end)` is mapped in this process (reads /proc/self/maps).
 pub fn host_mapped(start: u64, end: u64) -> bool {
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    let Ok(maps) = std::fs::read_to_string("/proc/thread-self/maps") else {
         return true;
     };
     maps.lines().any(|l| {

@@ -422,19 +422,7 @@ fn write_guest_struct<T: Copy>(addr: u64, v: &T) -> bool {
     write_guest(addr, bytes)
 }
 
-pub fn write_guest(addr: u64, bytes: &[u8]) -> bool {
-    let local = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    // SAFETY: process_vm_writev reports bad guest addresses as errors instead of faulting.
-    let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-    r == bytes.len() as isize
-}
+pub use crate::translate::write_guest;
 
 fn current_mask() -> u64 {
     let mut old = 0u64;
@@ -557,7 +545,18 @@ pub fn deliver_pending(ctx: &mut ThreadContext, restart_nr: Option<u64>) {
                 // SAFETY: stop ourselves the way the kernel would.
                 unsafe { libc::raise(libc::SIGSTOP) };
             }
-            Default_::Terminate => die_by_signal(sig as i32),
+            Default_::Terminate => {
+                if std::env::var_os("RGRIND_DEBUG_FATAL").is_some() {
+                    // Debugging aid (ARCHITECTURE.md): where the guest died, and the map.
+                    eprintln!(
+                        "--rgrind-- fatal signal {sig} at guest rip {:#x}, rsp {:#x}\n{}",
+                        ctx.rip,
+                        ctx.gpr[reg::RSP],
+                        std::fs::read_to_string("/proc/thread-self/maps").unwrap_or_default()
+                    );
+                }
+                die_by_signal(sig as i32)
+            }
         },
         handler => {
             if let Some(nr) = restart_nr {

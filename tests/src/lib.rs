@@ -617,6 +617,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("execmask", "execmask", &[]),
     gc("shm", "shm", &[]),
     gc("vforkorder", "vforkorder", &[]),
+    gc("pthexit", "pthexit", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

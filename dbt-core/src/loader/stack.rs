@@ -303,7 +303,7 @@ fn fill_random(buf: &mut [u8]) -> Result<(), LoadError> {
 
 /// `[start, end)` of this process's `[vdso]` mapping, from /proc/self/maps.
 pub fn vdso_range() -> Option<(u64, u64)> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let maps = std::fs::read_to_string("/proc/thread-self/maps").ok()?;
     let line = maps.lines().find(|l| l.trim_end().ends_with("[vdso]"))?;
     let range = line.split_whitespace().next()?;
     let (s, e) = range.split_once('-')?;

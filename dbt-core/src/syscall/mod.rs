@@ -332,18 +332,7 @@ fn arch_prctl(ctx: &mut ThreadContext, a: [u64; 6]) -> i64 {
 }
 
 pub(crate) fn write_guest_u64(addr: u64, v: u64) -> i64 {
-    let bytes = v.to_ne_bytes();
-    let local = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: 8,
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: 8,
-    };
-    // SAFETY: process_vm_writev reports a bad guest address as an error instead of faulting.
-    let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-    if r == 8 {
+    if crate::translate::write_guest(addr, &v.to_ne_bytes()) {
         0
     } else {
         -EFAULT
@@ -427,20 +416,10 @@ fn proc_self(nr: u64, a: [u64; 6]) -> i64 {
             let target = c.process.exe_path.as_os_str().as_bytes().to_vec();
             let (buf, size) = if is_at { (a[2], a[3]) } else { (a[1], a[2]) };
             let n = target.len().min(size as usize);
-            let local = libc::iovec {
-                iov_base: target.as_ptr() as *mut libc::c_void,
-                iov_len: n,
-            };
-            let remote = libc::iovec {
-                iov_base: buf as *mut libc::c_void,
-                iov_len: n,
-            };
-            // SAFETY: process_vm_writev reports a bad guest buffer as an error.
-            let r = unsafe { libc::process_vm_writev(libc::getpid(), &local, 1, &remote, 1, 0) };
-            if r < 0 {
-                -EFAULT
+            if crate::translate::write_guest(buf, &target[..n]) {
+                n as i64
             } else {
-                r as i64
+                -EFAULT
             }
         }
         _ => {

@@ -67,9 +67,11 @@ pub fn read_guest(addr: u64, buf: &mut [u8]) -> usize {
             iov_base: a as *mut libc::c_void,
             iov_len: n,
         };
-        // SAFETY: process_vm_readv on our own pid reads through the kernel, which reports an
-        // unmapped remote page as an error instead of faulting; `local` is a valid buffer of n bytes.
-        let r = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        // SAFETY: process_vm_readv on our own thread reads through the kernel, which reports an
+        // unmapped remote page as an error instead of faulting; `local` is a valid buffer of n
+        // bytes. The thread id, not the process id: once the thread-group leader has exited,
+        // the kernel no longer finds the memory through it.
+        let r = unsafe { libc::process_vm_readv(libc::gettid(), &local, 1, &remote, 1, 0) };
         if r <= 0 {
             break;
         }
@@ -79,6 +81,23 @@ pub fn read_guest(addr: u64, buf: &mut [u8]) -> usize {
         }
     }
     done
+}
+
+/// Writes `bytes` to guest memory at `addr` without faulting; false if any of it is not
+/// writable guest memory.
+pub fn write_guest(addr: u64, bytes: &[u8]) -> bool {
+    let local = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: addr as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // SAFETY: process_vm_writev reports bad guest addresses as errors instead of faulting; the
+    // thread id for the reason given in `read_guest`.
+    let r = unsafe { libc::process_vm_writev(libc::gettid(), &local, 1, &remote, 1, 0) };
+    r == bytes.len() as isize
 }
 
 /// How a decoded block ends.

@@ -58,7 +58,7 @@ impl Modules {
 
     /// Re-reads `/proc/self/maps` and records every module mapped now.
     pub fn refresh(&mut self) {
-        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        let Ok(maps) = std::fs::read_to_string("/proc/thread-self/maps") else {
             return;
         };
         let own = std::env::current_exe()
