@@ -123,6 +123,8 @@ pub struct ThreadContext {
     /// the signals in `pending_snapped`.
     pub pending_action: [crate::signal::KSigaction; crate::signal::NSIG],
     pub pending_snapped: u64,
+    /// Kernel thread id of this guest thread.
+    pub tid: u64,
     /// Spill slots for translated code.
     pub scratch: [u64; N_SCRATCH],
     /// Instrumentation (`crate::instrument`): the helper trampoline's address, the top of this

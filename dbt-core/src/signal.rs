@@ -276,9 +276,12 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
         // as of now. try_lock: this thread may itself be inside `sigaction`, holding the lock;
         // then the disposition is read at delivery instead.
         copy_info(&mut ctx.pending_info[sig], info);
-        if let Ok(actions) = ACTIONS.try_lock() {
-            ctx.pending_action[sig] = actions[sig];
-            ctx.pending_snapped |= bit(sig);
+        // A snapshot taken when another guest thread sent it (`snapshot_for_target`) stands.
+        if ctx.pending_snapped & bit(sig) == 0 {
+            if let Ok(actions) = ACTIONS.try_lock() {
+                ctx.pending_action[sig] = actions[sig];
+                ctx.pending_snapped |= bit(sig);
+            }
         }
         ctx.pending.fetch_or(bit(sig), Ordering::SeqCst);
     }
@@ -787,4 +790,27 @@ pub fn exact_mask_for_exec(ctx: &ThreadContext) -> u64 {
 
 pub fn restore_mask(mask: u64) {
     set_mask(mask);
+}
+
+/// A guest thread is about to send `sig` to guest thread `tid` (tgkill/tkill): fix the
+/// disposition now, as the kernel in effect does by delivering at once, so a handler reset
+/// that the sender makes right after sending does not apply to this signal.
+/// With `take == false`, drops the snapshot again (the send failed).
+pub fn snapshot_for_target(tid: u64, sig: u64, take: bool) {
+    let sig = sig as usize;
+    if sig == 0 || sig >= NSIG {
+        return;
+    }
+    let action = ACTIONS.lock().unwrap_or_else(|p| p.into_inner())[sig];
+    crate::thread::for_each_context(|t| {
+        if t.tid != tid {
+            return;
+        }
+        if !take {
+            t.pending_snapped &= !bit(sig);
+        } else if t.pending_snapped & bit(sig) == 0 {
+            t.pending_action[sig] = action;
+            t.pending_snapped |= bit(sig);
+        }
+    });
 }

@@ -47,6 +47,8 @@ fn count(i: usize) {
 /// process never returns).
 pub fn run_thread(ctx: &mut ThreadContext) {
     set_gs_base(ctx);
+    // SAFETY: gettid has no preconditions.
+    ctx.tid = unsafe { libc::gettid() } as u64;
     crate::signal::thread_init(ctx);
     crate::runlock::acquire();
     let mut next_host: Option<u64> = None;

@@ -86,10 +86,22 @@ pub fn handle(ctx: &mut ThreadContext) -> bool {
     ];
     let ret = match disposition(nr) {
         Disposition::Pass => {
+            let target = match nr as i64 {
+                libc::SYS_tgkill => Some((args[1], args[2])),
+                libc::SYS_tkill => Some((args[0], args[1])),
+                _ => None,
+            };
+            if let Some((tid, sig)) = target {
+                crate::signal::snapshot_for_target(tid, sig, true);
+            }
             // May block: let other guest threads run meanwhile.
             crate::runlock::release();
             let r = pass(nr, args);
             crate::runlock::acquire();
+            if let (Some((tid, sig)), true) = (target, r < 0) {
+                // Not sent: the snapshot must not apply to a later signal.
+                crate::signal::snapshot_for_target(tid, sig, false);
+            }
             r
         }
         Disposition::Mask => crate::signal::sigprocmask(ctx, args[0], args[1], args[2], args[3]),
