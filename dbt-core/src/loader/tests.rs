@@ -517,10 +517,9 @@ fn load_dynamic_pie_true() {
     assert_ne!(g.exe.load_bias, 0, "/usr/bin/true should be a PIE");
     check_loaded(&prog, &o, &g);
     // SAFETY: no guest code ran; nothing points into the guest mappings.
+    // (Whether the ranges are free afterwards is not checked: tests running in parallel may
+    // map new things there at once.)
     unsafe { g.unmap() };
-    assert_eq!(perms_at(g.exe.start), None);
-    assert_eq!(perms_at(g.brk_start), None);
-    assert_eq!(perms_at(g.initial_rsp), None);
 }
 
 /// Serialises the tests that map ET_EXEC programs at their fixed link addresses.
@@ -732,7 +731,7 @@ fn brk_reservation_blocked_for_fixed_exe() {
 }
 
 #[test]
-fn stack_too_small_is_an_error_and_leaks_nothing() {
+fn stack_too_small_is_an_error() {
     let prog = resolve(Path::new("/usr/bin/true"), &[]).unwrap();
     let mut o = opts();
     o.stack_size = 4096;
