@@ -214,10 +214,15 @@ impl ThreadContext {
         Some(ctx)
     }
 
-    /// Unmaps a context made by `allocate`.
-    pub fn free(ctx: *mut ThreadContext) {
-        // SAFETY: `ctx` came from `allocate` (an mmap of exactly this size) and its thread no
-        // longer uses it.
+    /// Unmaps a context made by `allocate`, and its helper stack.
+    ///
+    /// # Safety
+    /// `ctx` must come from `allocate`, and no thread may use it (or run on its helper stack)
+    /// any more.
+    pub unsafe fn free(ctx: *mut ThreadContext) {
+        // SAFETY: per the contract, `ctx` is a live context from `allocate`.
+        crate::instrument::helper::release_context(unsafe { &*ctx });
+        // SAFETY: per the contract, an mmap of exactly this size that nothing uses any more.
         unsafe { libc::munmap(ctx.cast(), core::mem::size_of::<ThreadContext>()) };
     }
 

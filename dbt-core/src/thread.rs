@@ -102,8 +102,9 @@ pub fn spawn(
             let _ = go_rx.recv();
             register(ctx);
             crate::dispatch::run_thread(ctx);
-            // The guest thread has exited; free its context now that nothing refers to it.
-            ThreadContext::free(ptr.0 as *mut ThreadContext);
+            // SAFETY: the guest thread has exited and its context is unlisted: nothing refers
+            // to it or runs on its helper stack any more.
+            unsafe { ThreadContext::free(ptr.0 as *mut ThreadContext) };
         });
     if spawned.is_err() {
         return -(libc::EAGAIN as i64);

@@ -388,14 +388,7 @@ impl Plan {
     ) -> Result<(), String> {
         let insn = self.facts[i].insn;
         dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
-        match arg1 {
-            CallArg::Imm(v) => dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64),
-            CallArg::Taken => taken(a, &insn)?,
-            CallArg::Target => target(a, &insn)?,
-            // Callgrind (callgrind branch): the guest rsp, untouched so far.
-            CallArg::Sp => dynasm!(a ; .arch x64 ; mov rax, rsp),
-        }
-        dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
+        store_arg1(a, &insn, arg1)?;
         let back = a.new_dynamic_label();
         helper_call(a, helper, arg2, back);
         dynasm!(a ; .arch x64 ; =>back ; gs mov rax, QWORD [IS0]);
@@ -418,13 +411,7 @@ impl Plan {
     ) -> Result<(), String> {
         let insn = self.facts[i].insn;
         dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
-        match arg1 {
-            CallArg::Imm(v) => dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64),
-            CallArg::Taken => taken(a, &insn)?,
-            CallArg::Target => target(a, &insn)?,
-            CallArg::Sp => dynasm!(a ; .arch x64 ; mov rax, rsp),
-        }
-        dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
+        store_arg1(a, &insn, arg1)?;
         let after_fast = a.new_dynamic_label();
         let done = a.new_dynamic_label();
         helper_call(a, fast, arg2, after_fast);
@@ -567,6 +554,20 @@ fn add_one(a: &mut Asm, host: u64, ctr: *mut u64, flags_live: bool) {
 
 /// Sets up `gs:[helper_*]` (argument 1 already stored) and jumps to the trampoline, which
 /// comes back at `back`. Clobbers rax.
+/// Computes a helper's first argument into rax (saved by the caller) and stores it in
+/// `gs:[helper_args + 8]`.
+fn store_arg1(a: &mut Asm, insn: &Instruction, arg1: CallArg) -> Result<(), String> {
+    match arg1 {
+        CallArg::Imm(v) => dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64),
+        CallArg::Taken => taken(a, insn)?,
+        CallArg::Target => target(a, insn)?,
+        // The guest rsp, untouched so far (callgrind).
+        CallArg::Sp => dynasm!(a ; .arch x64 ; mov rax, rsp),
+    }
+    dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
+    Ok(())
+}
+
 fn helper_call(a: &mut Asm, helper: Helper, arg2: u64, back: DynamicLabel) {
     let f = helper.func as usize as i64;
     dynasm!(a

@@ -142,8 +142,8 @@ extern "C" {
 /// Fills in a new thread context's helper fields (trampoline address, a fresh helper stack).
 /// Returns false if the stack cannot be mapped.
 pub fn init_context(ctx: &mut ThreadContext) -> bool {
-    // SAFETY: anonymous private mapping, checked below; it lives as long as the thread (never
-    // unmapped: a thread context is never freed either).
+    // SAFETY: anonymous private mapping, checked below; it lives as long as the context
+    // (`release_context` unmaps it when the context is freed).
     let p = unsafe {
         libc::mmap(
             core::ptr::null_mut(),
@@ -161,4 +161,14 @@ pub fn init_context(ctx: &mut ThreadContext) -> bool {
     ctx.helper_tramp = rgrind_helper_call as *const () as usize as u64;
     ctx.helper_tramp_int = rgrind_helper_call_int as *const () as usize as u64;
     true
+}
+
+/// Unmaps the helper stack `init_context` made (the context's thread no longer runs).
+pub fn release_context(ctx: &ThreadContext) {
+    if ctx.helper_stack != 0 {
+        let base = ctx.helper_stack - HELPER_STACK_BYTES as u64;
+        // SAFETY: `base` is the mapping `init_context` made for this context, of this size, and
+        // nothing runs on it any more.
+        unsafe { libc::munmap(base as *mut libc::c_void, HELPER_STACK_BYTES) };
+    }
 }

@@ -16,7 +16,7 @@ use crate::aspace::{host_mapped, page_up, PAGE};
 use crate::context::{reg, ThreadContext};
 use crate::core_state::{core, die_by_signal, finish};
 use crate::tool::FiniReason;
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 
 const ENOSYS: i64 = 38;
@@ -625,11 +625,4 @@ fn read_guest_ptr_array(addr: u64) -> Vec<CString> {
         }
     }
     out
-}
-
-/// Path bytes for messages.
-pub fn display_path(p: &CStr) -> String {
-    OsStr::from_bytes(p.to_bytes())
-        .to_string_lossy()
-        .into_owned()
 }
