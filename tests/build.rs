@@ -56,6 +56,7 @@ const GUESTS: &[Guest] = &[
     g("jit", "jit.c", &[]),
     g("spin", "spin.c", &[]),
     g("vecstate", "vecstate.c", &[]),
+    g("cpuview", "cpuview.c", &[]),
     g("execmask", "execmask.c", &[]),
     g("shm", "shm.c", &[]),
     g("vforkorder", "vforkorder.c", &[]),

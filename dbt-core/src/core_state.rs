@@ -31,6 +31,8 @@ pub struct Process {
     /// System V shared-memory attachments: address -> size.
     pub shm_segments: std::collections::HashMap<u64, u64>,
     pub trace_children: bool,
+    /// rgrind's preload object in the guest's `LD_PRELOAD`, if any (see `CoreOptions::preload`).
+    pub preload: Option<PathBuf>,
     pub trace_syscalls: bool,
     /// How to run rgrind again on an exec'd program: rgrind's own exe and its options.
     pub rgrind_exe: PathBuf,

@@ -19,6 +19,7 @@ pub mod cache;
 pub mod clientreq;
 pub mod context;
 pub mod core_state;
+pub mod cpu;
 pub mod dispatch;
 pub mod instrument;
 pub mod loader;
@@ -30,4 +31,4 @@ pub mod thread;
 pub mod tool;
 pub mod translate;
 
-pub use run::{load, start, CoreOptions, LoadedProgram, RunError};
+pub use run::{load, start, CoreOptions, LoadedProgram, Presentation, RunError};

@@ -23,6 +23,9 @@ pub struct CoreOptions {
     pub chaining: bool,
     /// Run exec'd programs under rgrind too.
     pub trace_children: bool,
+    /// A preload object rgrind put into the guest's `LD_PRELOAD` (`--guest-env=valgrind`);
+    /// taken out again when the guest execs a program rgrind does not follow, as Valgrind does.
+    pub preload: Option<PathBuf>,
     /// rgrind's own executable and the options to pass it again for --trace-children.
     pub rgrind_exe: PathBuf,
     pub rgrind_args: Vec<OsString>,
@@ -42,6 +45,7 @@ impl Default for CoreOptions {
             single_step: false,
             chaining: true,
             trace_children: false,
+            preload: None,
             rgrind_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rgrind")),
             rgrind_args: Vec::new(),
             max_block_insns: 60,
@@ -84,17 +88,37 @@ pub struct LoadedProgram {
     loaded: loader::LoadedGuest,
 }
 
-/// Maps `program` (and its loader) and builds its initial stack; nothing runs yet.
-pub fn load(program: GuestProgram, envp: Vec<CString>) -> Result<LoadedProgram, RunError> {
+/// What the guest is shown of the machine it runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Presentation {
+    /// The host as it is (the program behaves as natively).
+    Native,
+    /// What Valgrind shows its guests: its canned CPUID (`crate::cpu`) and its auxv. The
+    /// profiling tools use it so that ld.so and glibc do the same work as under Valgrind.
+    Valgrind,
+}
+
+/// Maps `program` (and its loader) and builds its initial stack; nothing runs yet. Selects
+/// the CPU model of `shown` for the whole run.
+pub fn load(
+    program: GuestProgram,
+    envp: Vec<CString>,
+    shown: Presentation,
+) -> Result<LoadedProgram, RunError> {
     if !crate::dispatch::fsgsbase_available() {
         return Err(RunError::Host(
             "the kernel does not allow the FSGSBASE instructions (Linux 5.9+ on a CPU with FSGSBASE is needed)".into(),
         ));
     }
+    crate::cpu::select(match shown {
+        Presentation::Native => crate::cpu::CpuModel::Host,
+        Presentation::Valgrind => crate::cpu::CpuModel::Valgrind,
+    });
     let opts = LoadOptions {
         envp,
         brk_reserve: BRK_RESERVE,
         stack_size: stack_size(),
+        valgrind_auxv: shown == Presentation::Valgrind,
     };
     let loaded = loader::load(&program, &opts)?;
     Ok(LoadedProgram { program, loaded })
@@ -156,6 +180,7 @@ pub fn start(
             },
             shm_segments: Default::default(),
             trace_children: opts.trace_children,
+            preload: opts.preload.clone(),
             trace_syscalls: opts.trace_syscalls,
             rgrind_exe: opts.rgrind_exe.clone(),
             rgrind_args: opts.rgrind_args.clone(),

@@ -1,11 +1,11 @@
 //! `rgrind`: the Valgrind-compatible command line in front of the translator and the tools.
 mod cli;
+mod guest_env;
 mod log;
 mod tools;
 
 use cli::{Command, Settings, ToolName};
-use std::ffi::{CString, OsString};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsString;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -50,19 +50,21 @@ fn main() {
 }
 
 fn run(s: Settings) -> ! {
-    let envp: Vec<CString> = std::env::vars_os()
-        .map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            CString::new(kv).unwrap_or_default()
-        })
-        .collect();
+    let valgrind_env = s.valgrind_guest_env();
+    let (envp, preload) = match guest_env::build(valgrind_env) {
+        Ok(e) => e,
+        Err(e) => fail(&[e]),
+    };
+    let shown = if valgrind_env {
+        dbt_core::Presentation::Valgrind
+    } else {
+        dbt_core::Presentation::Native
+    };
     // Bad input is reported before any `==PID==` line, in one line; RunError messages carry
     // the `rgrind: ` prefix already.
     let guest = dbt_core::loader::resolve_program(&s.program, &s.program_args)
         .map_err(dbt_core::RunError::from)
-        .and_then(|program| dbt_core::load(program, envp));
+        .and_then(|program| dbt_core::load(program, envp, shown));
     let guest = match guest {
         Ok(g) => g,
         Err(e) => {
@@ -149,6 +151,7 @@ fn run(s: Settings) -> ! {
         stats: s.stats,
         serialise_threads: s.fair_sched || s.tool != ToolName::None,
         trace_children: s.trace_children,
+        preload,
         rgrind_args: s.raw_options.clone(),
         ..Default::default()
     };

@@ -614,6 +614,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("jit", "jit", &[]),
     gc("spin", "spin", &[]),
     gc("vecstate", "vecstate", &[]),
+    gc("cpuview", "cpuview", &[]),
     gc("execmask", "execmask", &[]),
     gc("shm", "shm", &[]),
     gc("vforkorder", "vforkorder", &[]),

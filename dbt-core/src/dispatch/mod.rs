@@ -141,9 +141,9 @@ pub fn run_thread(ctx: &mut ThreadContext) {
 fn emulate_cpuid(ctx: &mut ThreadContext) {
     let leaf = ctx.gpr[reg::RAX] as u32;
     let sub = ctx.gpr[reg::RCX] as u32;
-    let r = core::arch::x86_64::__cpuid_count(leaf, sub);
-    ctx.gpr[reg::RAX] = u64::from(r.eax);
-    ctx.gpr[reg::RBX] = u64::from(r.ebx);
-    ctx.gpr[reg::RCX] = u64::from(r.ecx);
-    ctx.gpr[reg::RDX] = u64::from(r.edx);
+    let [a, b, c, d] = crate::cpu::cpuid(leaf, sub);
+    ctx.gpr[reg::RAX] = u64::from(a);
+    ctx.gpr[reg::RBX] = u64::from(b);
+    ctx.gpr[reg::RCX] = u64::from(c);
+    ctx.gpr[reg::RDX] = u64::from(d);
 }

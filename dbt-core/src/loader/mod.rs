@@ -56,6 +56,10 @@ pub struct LoadOptions {
     pub brk_reserve: u64,
     /// Guest main stack size in bytes (rounded up to whole pages; a guard page is added below).
     pub stack_size: u64,
+    /// Build the auxv Valgrind gives its guests: no vDSO (`AT_SYSINFO_EHDR`),
+    /// `AT_MINSIGSTKSZ` or `AT_HWCAP2` (glibc then takes the system-call paths for the time
+    /// functions, as under Valgrind).
+    pub valgrind_auxv: bool,
 }
 
 /// One ELF module (the exe or its interpreter) as mapped into guest memory.
@@ -298,6 +302,7 @@ pub fn load(program: &GuestProgram, opts: &LoadOptions) -> Result<LoadedGuest, L
         stack_size: opts.stack_size,
         exe: &exe,
         interp_base: interp.as_ref().map_or(0, |m| m.load_bias),
+        valgrind_auxv: opts.valgrind_auxv,
     })?;
     let entry = interp.as_ref().map_or(exe.entry, |m| m.entry);
     // Post-invariant: from here on nothing can fail, so keep the mappings.

@@ -87,6 +87,8 @@ pub(crate) struct StackInput<'a> {
     pub exe: &'a MappedModule,
     /// AT_BASE: the interpreter's load bias, 0 without one.
     pub interp_base: u64,
+    /// Leave out what Valgrind leaves out (see `LoadOptions::valgrind_auxv`).
+    pub valgrind_auxv: bool,
 }
 
 /// The mapped and written stack.
@@ -247,11 +249,11 @@ fn place_strings(strs: &[CString], start: u64, writes: &mut Vec<(u64, Vec<u8>)>)
 fn auxv_entries(inp: &StackInput<'_>, execfn: u64, platform: u64, random: u64) -> Vec<(u64, u64)> {
     let mut v = Vec::with_capacity(24);
     let vdso = host_auxv(AT_SYSINFO_EHDR);
-    if vdso != 0 {
+    if vdso != 0 && !inp.valgrind_auxv {
         v.push((AT_SYSINFO_EHDR, vdso));
     }
     let minsig = host_auxv(AT_MINSIGSTKSZ);
-    if minsig != 0 {
+    if minsig != 0 && !inp.valgrind_auxv {
         v.push((AT_MINSIGSTKSZ, minsig));
     }
     let clktck = match host_auxv(AT_CLKTCK) {
@@ -279,6 +281,9 @@ fn auxv_entries(inp: &StackInput<'_>, execfn: u64, platform: u64, random: u64) -
         (AT_PLATFORM, platform),
         (AT_NULL, 0),
     ]);
+    if inp.valgrind_auxv {
+        v.retain(|&(k, _)| k != AT_HWCAP2);
+    }
     v
 }
 

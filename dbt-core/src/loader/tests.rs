@@ -365,6 +365,7 @@ fn opts() -> LoadOptions {
         envp: vec![c("A=1"), c("RGRIND_TEST=two words")],
         brk_reserve: 64 << 20,
         stack_size: 8 << 20,
+        valgrind_auxv: false,
     }
 }
 
@@ -452,12 +453,18 @@ fn check_loaded(prog: &GuestProgram, o: &LoadOptions, g: &LoadedGuest) {
         .find(|&(k, _)| k == AT_HWCAP)
         .map(|(_, v)| v);
     assert_eq!(aux(a, AT_HWCAP), kernel_hwcap);
-    assert_eq!(aux(a, AT_HWCAP2), Some(host(AT_HWCAP2) & !HWCAP2_FSGSBASE));
-    assert_eq!(aux(a, AT_SYSINFO_EHDR), Some(host(AT_SYSINFO_EHDR)));
-    assert_eq!(
-        aux(a, AT_MINSIGSTKSZ),
-        Some(host(AT_MINSIGSTKSZ)).filter(|&v| v != 0)
-    );
+    if o.valgrind_auxv {
+        for k in [AT_HWCAP2, AT_SYSINFO_EHDR, AT_MINSIGSTKSZ] {
+            assert_eq!(aux(a, k), None, "Valgrind leaves out auxv entry {k}");
+        }
+    } else {
+        assert_eq!(aux(a, AT_HWCAP2), Some(host(AT_HWCAP2) & !HWCAP2_FSGSBASE));
+        assert_eq!(aux(a, AT_SYSINFO_EHDR), Some(host(AT_SYSINFO_EHDR)));
+        assert_eq!(
+            aux(a, AT_MINSIGSTKSZ),
+            Some(host(AT_MINSIGSTKSZ)).filter(|&v| v != 0)
+        );
+    }
     assert_eq!(aux(a, AT_CLKTCK), Some(host(AT_CLKTCK)));
     assert_eq!(aux(a, AT_UID), Some(host(AT_UID)));
     let vdso = g.vdso.expect("vdso");
@@ -519,6 +526,19 @@ fn load_dynamic_pie_true() {
     // SAFETY: no guest code ran; nothing points into the guest mappings.
     // (Whether the ranges are free afterwards is not checked: tests running in parallel may
     // map new things there at once.)
+    unsafe { g.unmap() };
+}
+
+#[test]
+fn valgrind_auxv_leaves_out_vdso_minsigstksz_and_hwcap2() {
+    let prog = resolve(Path::new("/usr/bin/true"), &[]).unwrap();
+    let o = LoadOptions {
+        valgrind_auxv: true,
+        ..opts()
+    };
+    let g = load(&prog, &o).unwrap();
+    check_loaded(&prog, &o, &g);
+    // SAFETY: no guest code ran; nothing points into the guest mappings.
     unsafe { g.unmap() };
 }
 

@@ -553,13 +553,14 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     let Some(mut path) = guest_cstr(path_arg) else {
         return -EFAULT;
     };
-    let (trace, rgrind_exe, rgrind_args, exe_path) = {
+    let (trace, rgrind_exe, rgrind_args, exe_path, preload) = {
         let c = core();
         (
             c.process.trace_children,
             c.process.rgrind_exe.clone(),
             c.process.rgrind_args.clone(),
             c.process.exe_path.clone(),
+            c.process.preload.clone(),
         )
     };
     if proc_self_file(&path) == Some(ProcFile::Exe) {
@@ -573,7 +574,11 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     // The profile is written before the image is replaced, as Valgrind does.
     finish(FiniReason::Exec);
     if !trace {
-        // The native program inherits the mask: give it exactly the guest's.
+        // The native program gets neither rgrind's preload object nor a mask of rgrind's.
+        let env_without_preload = preload.and_then(|p| env_without_preload(envp, &p));
+        let envp = env_without_preload
+            .as_ref()
+            .map_or(envp, |(_, ptrs)| ptrs.as_ptr() as u64);
         let host_mask = crate::signal::exact_mask_for_exec(ctx);
         let r = pass(
             libc::SYS_execve as u64,
@@ -603,6 +608,41 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
         libc::SYS_execve as u64,
         [exe.as_ptr() as u64, ptrs.as_ptr() as u64, envp, 0, 0, 0],
     )
+}
+
+/// The guest environment at `envp` with `preload` taken out of `LD_PRELOAD` (the variable is
+/// dropped when nothing else is left in it); `None` when it is not there. Returns the strings
+/// and the null-terminated pointer array into them.
+fn env_without_preload(
+    envp: u64,
+    preload: &std::path::Path,
+) -> Option<(Vec<CString>, Vec<*const libc::c_char>)> {
+    let mut env = read_guest_ptr_array(envp);
+    let i = env
+        .iter()
+        .position(|v| v.as_bytes().starts_with(b"LD_PRELOAD="))?;
+    let value = &env[i].as_bytes()[b"LD_PRELOAD=".len()..];
+    let p = preload.as_os_str().as_bytes();
+    let rest: Vec<&[u8]> = value
+        .split(|&b| b == b':' || b == b' ')
+        .filter(|x| !x.is_empty() && *x != p)
+        .collect();
+    if rest.len()
+        == value
+            .split(|&b| b == b':' || b == b' ')
+            .filter(|x| !x.is_empty())
+            .count()
+    {
+        return None;
+    }
+    if rest.is_empty() {
+        env.remove(i);
+    } else {
+        env[i] = CString::new([b"LD_PRELOAD=".as_slice(), &rest.join(&b':')].concat()).ok()?;
+    }
+    let mut ptrs: Vec<*const libc::c_char> = env.iter().map(|s| s.as_ptr()).collect();
+    ptrs.push(core::ptr::null());
+    Some((env, ptrs))
 }
 
 fn read_guest_ptr_array(addr: u64) -> Vec<CString> {

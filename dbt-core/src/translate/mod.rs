@@ -416,6 +416,60 @@ impl Emitter {
         Ok(())
     }
 
+    /// An XSAVE-family instruction with its requested-feature mask (EDX:EAX) cut down to the
+    /// guest's XCR0 (`xcr0`, a low mask like 7), so it touches no state component the guest
+    /// was not told of: the guest sized its save area from the CPUID it was shown. Flag-free
+    /// (BMI2 shifts; the model that needs this claims BMI2, and the host has it).
+    // dynasm's expansion of `Rq(reg)` converts a u8 to itself.
+    #[allow(clippy::useless_conversion)]
+    fn masked_xsave(&mut self, insn: &Instruction, bytes: &[u8], xcr0: u32) -> Result<(), String> {
+        debug_assert!(xcr0 != 0 && (xcr0 & (xcr0 + 1)) == 0, "a low mask");
+        let shift = 32 - xcr0.count_ones() as i32;
+        let in_address = |r: Register| {
+            insn.memory_base().full_register() == r || insn.memory_index().full_register() == r
+        };
+        // The mask lives in rax/rdx; an address computed from them is taken first.
+        let address_reg = if in_address(Register::RAX) || in_address(Register::RDX) {
+            let r = [Register::RBX, Register::RSI, Register::RDI, Register::R8]
+                .into_iter()
+                .find(|&r| !uses_register(insn, r))
+                .ok_or("no free scratch register")?;
+            Some(r)
+        } else {
+            None
+        };
+        dynasm!(self.ops ; .arch x64 ; gs mov QWORD [S0], rax ; gs mov QWORD [S1], rdx);
+        if let Some(r) = address_reg {
+            let lea = Instruction::with2(Code::Lea_r64_m, r, memory_operand(insn))
+                .map_err(|e| e.to_string())?;
+            dynasm!(self.ops ; .arch x64 ; gs mov QWORD [S2], Rq(r.number() as u8));
+            self.encode(&lea)?;
+        }
+        dynasm!(self.ops ; .arch x64 ; mov edx, shift);
+        for code in [Code::VEX_Shlx_r32_rm32_r32, Code::VEX_Shrx_r32_rm32_r32] {
+            let op = Instruction::with3(code, Register::EAX, Register::EAX, Register::EDX)
+                .map_err(|e| e.to_string())?;
+            self.encode(&op)?;
+        }
+        dynasm!(self.ops ; .arch x64 ; mov edx, 0);
+        if let Some(r) = address_reg {
+            let mut moved = *insn;
+            moved.set_memory_base(r);
+            moved.set_memory_index(Register::None);
+            moved.set_memory_index_scale(1);
+            moved.set_memory_displacement64(0);
+            moved.set_memory_displ_size(0);
+            self.encode(&moved)?;
+            dynasm!(self.ops ; .arch x64 ; gs mov Rq(r.number() as u8), QWORD [S2]);
+        } else if insn.is_ip_rel_memory_operand() {
+            self.rip_relative(insn)?;
+        } else {
+            self.ops.extend(bytes.iter().copied());
+        }
+        dynasm!(self.ops ; .arch x64 ; gs mov rdx, QWORD [S1] ; gs mov rax, QWORD [S0]);
+        Ok(())
+    }
+
     /// Copies a RIP-relative instruction, re-encoded for its new address; if the data is out
     /// of rel32 reach, goes through a borrowed scratch register.
     // dynasm's expansion of `Rq(reg)` converts a u8 to itself.
@@ -657,6 +711,15 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
         }
         _ => {}
     }
+    if let Some(xcr0) = crate::cpu::guest_xcr0() {
+        if insn.code() == Code::Xgetbv {
+            dynasm!(em.ops ; .arch x64 ; mov eax, xcr0 as i32 ; mov edx, 0);
+            return Ok(());
+        }
+        if is_xsave_family(insn.code()) {
+            return em.masked_xsave(insn, bytes, xcr0);
+        }
+    }
     match insn.flow_control() {
         FlowControl::Next => {
             if insn.is_ip_rel_memory_operand() {
@@ -734,6 +797,21 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
         }
         _ => Err(format!("unexpected flow control {:?}", insn.flow_control())),
     }
+}
+
+/// Instructions that save or restore the state components selected by EDX:EAX & XCR0.
+fn is_xsave_family(code: Code) -> bool {
+    matches!(
+        code,
+        Code::Xsave_mem
+            | Code::Xsave64_mem
+            | Code::Xsaveopt_mem
+            | Code::Xsaveopt64_mem
+            | Code::Xsavec_mem
+            | Code::Xsavec64_mem
+            | Code::Xrstor_mem
+            | Code::Xrstor64_mem
+    )
 }
 
 fn is_rcx_branch(insn: &Instruction) -> bool {

@@ -24,12 +24,23 @@ pub struct Settings {
     pub chaining: bool,
     pub stats: bool,
     pub fair_sched: bool,
+    /// `--guest-env`: `Some(true)` = Valgrind's, `Some(false)` = native, `None` = the tool's
+    /// default (see [`Settings::valgrind_guest_env`]).
+    pub guest_env: Option<bool>,
     /// Tool options (`--name`, value), checked by the tool once it is chosen.
     pub tool_options: Vec<(String, String)>,
     /// The options exactly as given, to run rgrind again on exec'd programs.
     pub raw_options: Vec<OsString>,
     pub program: OsString,
     pub program_args: Vec<OsString>,
+}
+
+impl Settings {
+    /// Whether the guest is shown what Valgrind shows (default: with the profiling tools,
+    /// whose counts must match Valgrind's).
+    pub fn valgrind_guest_env(&self) -> bool {
+        self.guest_env.unwrap_or(self.tool != ToolName::None)
+    }
 }
 
 /// What the command line asks for.
@@ -154,6 +165,11 @@ const OPTIONS: &[Opt] = &[
         help: "no|yes|try: run one guest thread at a time, in FIFO order (always so with cachegrind/callgrind) [no]",
     },
     Opt {
+        name: "--guest-env",
+        kind: Kind::Str,
+        help: "valgrind|native: show the program the machine Valgrind shows (its CPUID, auxv, preload object and the Debian wrapper's variables) or the host as it is [valgrind for cachegrind/callgrind, native for none]",
+    },
+    Opt {
         name: "--stats",
         kind: Kind::Bool,
         help: "debug: print translation and dispatcher statistics at exit [no]",
@@ -196,6 +212,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
         chaining: true,
         stats: false,
         fair_sched: false,
+        guest_env: None,
         tool_options: Vec::new(),
         raw_options: Vec::new(),
         program: OsString::new(),
@@ -256,6 +273,16 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
                     }
                 }
             }
+            "--guest-env" => s.guest_env = Some(match v {
+                "valgrind" => true,
+                "native" => false,
+                _ => return Err(CliError::BadValue(
+                    arg.clone(),
+                    format!(
+                        "Invalid argument '{v}' for --guest-env (should be 'valgrind' or 'native')"
+                    ),
+                )),
+            }),
             _ => return Err(CliError::Unknown(arg.clone())),
         }
         s.raw_options.push(args[i - 1].clone());

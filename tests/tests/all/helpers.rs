@@ -35,7 +35,7 @@ fn offending(insn: &Instruction) -> Option<String> {
 #[test]
 fn integer_only_helpers_use_no_vector_registers_or_string_instructions() {
     let exe = rgrind_tests::rgrind();
-    let data = std::fs::read(&exe).unwrap_or_else(|e| panic!("read {}: {e}", exe.display()));
+    let data = std::fs::read(exe).unwrap_or_else(|e| panic!("read {}: {e}", exe.display()));
     let file = object::File::parse(&*data).unwrap_or_else(|e| panic!("parse rgrind: {e}"));
     let text = file.section_by_name(".text").expect("rgrind has .text");
     let (text_addr, text_bytes) = (text.address(), text.data().expect(".text data"));
@@ -113,6 +113,7 @@ fn integer_only_helpers_use_no_vector_registers_or_string_instructions() {
 
 /// Instrumentation calls out-of-line routines in the middle of guest code: the guest's vector
 /// registers (ymm upper halves, zmm16, mask registers) must survive them under every tool.
+/// The host CPU is shown (`--guest-env=native`), so the guest uses AVX-512 where the host has it.
 #[test]
 fn guest_vector_state_survives_instrumentation() {
     let cases: &[&[&str]] = &[
@@ -133,7 +134,7 @@ fn guest_vector_state_survives_instrumentation() {
         native.stdout_str()
     );
     for opts in cases {
-        let mut all = vec!["-q"];
+        let mut all = vec!["-q", "--guest-env=native"];
         all.extend_from_slice(opts);
         let out = rgrind_tests::run_rgrind(&all, &cmd);
         assert_eq!(

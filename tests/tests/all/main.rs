@@ -10,6 +10,7 @@ mod bad_input;
 mod cachegrind;
 mod callgrind;
 mod exit;
+mod guest_env;
 mod helpers;
 mod loader;
 mod memory;
