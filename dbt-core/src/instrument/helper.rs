@@ -4,27 +4,102 @@
 //! Translated code stores the routine in `gs:[helper_fn]`, its arguments in
 //! `gs:[helper_args]`, the address to resume at in `gs:[helper_ret]`, then jumps to
 //! `gs:[helper_tramp]`. The trampoline switches to the thread's helper stack, saves the
-//! flags, every caller-saved general register and the whole extended state (XSAVE: the
-//! routine may reach host library code that uses AVX/AVX-512), clears DF, calls the routine,
-//! restores everything and jumps back.
+//! flags, every caller-saved general register and the extended state the guest can see
+//! (ymm0-15 and MXCSR when it was shown Valgrind's AVX2 CPU; else everything, with XSAVEC
+//! where the CPU has it, else XSAVE: the routine may reach host library code that uses AVX/AVX-512),
+//! clears DF, calls the routine, restores everything and jumps back. Integer-only routines
+//! go through a lean variant that saves general registers and arithmetic flags only.
 //!
 //! # Invariants
 //! * The guest stack (and its red zone) is never written.
 //! * The helper stack is 16-byte aligned at its top and big enough for the routines
 //!   (they are leaf-like: the cache and branch models).
 //! * The routine runs with the guest's FS: it must not touch thread-local storage.
-//!
-//! Not done here: upper halves of ymm/zmm registers are not saved; routines are compiled for
-//! the baseline x86-64 target and use legacy SSE encodings, which leave them untouched.
 use crate::context::*;
 
 /// Bytes of each thread's helper stack.
 const HELPER_STACK_BYTES: usize = 256 * 1024;
 
+/// The full trampoline, in two variants that differ only in how the extended state is saved:
+/// `rgrind_helper_call` with XSAVE (standard format: the header's reserved bytes are zeroed
+/// first, as XRSTOR faults on them and XSAVE leaves them), `rgrind_helper_call_xsavec` with
+/// XSAVEC (compacted, written whole by the instruction), which skips the components in their
+/// initial state: usually all of AVX-512's, when the guest does not use them.
+macro_rules! full_trampoline {
+    ($name:literal, $prepare:literal, $save:literal) => {
+        core::arch::global_asm!(
+            concat!(".globl ", $name),
+            concat!(".type ", $name, ",@function"),
+            concat!($name, ":"),
+            "mov gs:[{saved_rsp}], rsp",
+            "mov rsp, gs:[{stack}]",
+            "pushfq",
+            "push rax",
+            "push rcx",
+            "push rdx",
+            "push rsi",
+            "push rdi",
+            "push r8",
+            "push r9",
+            "push r10",
+            "push r11",
+            "push rbx",
+            "mov rbx, rsp",
+            "sub rsp, {xarea}",
+            "and rsp, -64",
+            $prepare,
+            "mov eax, {mask}",
+            "xor edx, edx",
+            $save,
+            "cld",
+            "mov rdi, gs:[{args}]",
+            "mov rsi, gs:[{args} + 8]",
+            "mov rdx, gs:[{args} + 16]",
+            "call qword ptr gs:[{func}]",
+            "mov eax, {mask}",
+            "xor edx, edx",
+            "xrstor64 [rsp]",
+            "mov rsp, rbx",
+            "pop rbx",
+            "pop r11",
+            "pop r10",
+            "pop r9",
+            "pop r8",
+            "pop rdi",
+            "pop rsi",
+            "pop rdx",
+            "pop rcx",
+            "pop rax",
+            "popfq",
+            "mov rsp, gs:[{saved_rsp}]",
+            "jmp qword ptr gs:[{ret}]",
+            concat!(".size ", $name, ", . - ", $name),
+            saved_rsp = const OFF_HELPER_SAVED_RSP,
+            stack = const OFF_HELPER_STACK,
+            args = const OFF_HELPER_ARGS,
+            func = const OFF_HELPER_FN,
+            ret = const OFF_HELPER_RET,
+            mask = const XSAVE_MASK_LO,
+            xarea = const XSAVE_BYTES,
+        );
+    };
+}
+
+full_trampoline!(
+    "rgrind_helper_call",
+    "mov qword ptr [rsp + 520], 0; mov qword ptr [rsp + 528], 0; mov qword ptr [rsp + 536], 0; mov qword ptr [rsp + 544], 0; mov qword ptr [rsp + 552], 0; mov qword ptr [rsp + 560], 0; mov qword ptr [rsp + 568], 0",
+    "xsave64 [rsp]"
+);
+full_trampoline!("rgrind_helper_call_xsavec", "", "xsavec64 [rsp]");
+
+// The variant for a guest shown a CPU whose XCR0 is x87|SSE|AVX (Valgrind's): ymm0-15 and
+// MXCSR are saved with plain moves, far cheaper than XSAVE/XRSTOR. Not saved: the x87/MMX
+// state (rgrind's routines and the host library code they reach use SSE/AVX registers for
+// data, never x87) and AVX-512 state (the guest was told it has none).
 core::arch::global_asm!(
-    ".globl rgrind_helper_call",
-    ".type rgrind_helper_call,@function",
-    "rgrind_helper_call:",
+    ".globl rgrind_helper_call_avx",
+    ".type rgrind_helper_call_avx,@function",
+    "rgrind_helper_call_avx:",
     "mov gs:[{saved_rsp}], rsp",
     "mov rsp, gs:[{stack}]",
     "pushfq",
@@ -39,27 +114,48 @@ core::arch::global_asm!(
     "push r11",
     "push rbx",
     "mov rbx, rsp",
-    "sub rsp, {xarea}",
-    "and rsp, -64",
-    // XRSTOR faults on a non-zero XCOMP_BV or reserved header bytes; XSAVE leaves them.
-    "mov qword ptr [rsp + 520], 0",
-    "mov qword ptr [rsp + 528], 0",
-    "mov qword ptr [rsp + 536], 0",
-    "mov qword ptr [rsp + 544], 0",
-    "mov qword ptr [rsp + 552], 0",
-    "mov qword ptr [rsp + 560], 0",
-    "mov qword ptr [rsp + 568], 0",
-    "mov eax, {mask}",
-    "xor edx, edx",
-    "xsave64 [rsp]",
+    "sub rsp, 544",
+    "and rsp, -32",
+    "vmovdqa [rsp + 0], ymm0",
+    "vmovdqa [rsp + 32], ymm1",
+    "vmovdqa [rsp + 64], ymm2",
+    "vmovdqa [rsp + 96], ymm3",
+    "vmovdqa [rsp + 128], ymm4",
+    "vmovdqa [rsp + 160], ymm5",
+    "vmovdqa [rsp + 192], ymm6",
+    "vmovdqa [rsp + 224], ymm7",
+    "vmovdqa [rsp + 256], ymm8",
+    "vmovdqa [rsp + 288], ymm9",
+    "vmovdqa [rsp + 320], ymm10",
+    "vmovdqa [rsp + 352], ymm11",
+    "vmovdqa [rsp + 384], ymm12",
+    "vmovdqa [rsp + 416], ymm13",
+    "vmovdqa [rsp + 448], ymm14",
+    "vmovdqa [rsp + 480], ymm15",
+    "stmxcsr [rsp + 512]",
+    "vzeroupper",
     "cld",
     "mov rdi, gs:[{args}]",
     "mov rsi, gs:[{args} + 8]",
     "mov rdx, gs:[{args} + 16]",
     "call qword ptr gs:[{func}]",
-    "mov eax, {mask}",
-    "xor edx, edx",
-    "xrstor64 [rsp]",
+    "ldmxcsr [rsp + 512]",
+    "vmovdqa ymm0, [rsp + 0]",
+    "vmovdqa ymm1, [rsp + 32]",
+    "vmovdqa ymm2, [rsp + 64]",
+    "vmovdqa ymm3, [rsp + 96]",
+    "vmovdqa ymm4, [rsp + 128]",
+    "vmovdqa ymm5, [rsp + 160]",
+    "vmovdqa ymm6, [rsp + 192]",
+    "vmovdqa ymm7, [rsp + 224]",
+    "vmovdqa ymm8, [rsp + 256]",
+    "vmovdqa ymm9, [rsp + 288]",
+    "vmovdqa ymm10, [rsp + 320]",
+    "vmovdqa ymm11, [rsp + 352]",
+    "vmovdqa ymm12, [rsp + 384]",
+    "vmovdqa ymm13, [rsp + 416]",
+    "vmovdqa ymm14, [rsp + 448]",
+    "vmovdqa ymm15, [rsp + 480]",
     "mov rsp, rbx",
     "pop rbx",
     "pop r11",
@@ -74,14 +170,12 @@ core::arch::global_asm!(
     "popfq",
     "mov rsp, gs:[{saved_rsp}]",
     "jmp qword ptr gs:[{ret}]",
-    ".size rgrind_helper_call, . - rgrind_helper_call",
+    ".size rgrind_helper_call_avx, . - rgrind_helper_call_avx",
     saved_rsp = const OFF_HELPER_SAVED_RSP,
     stack = const OFF_HELPER_STACK,
     args = const OFF_HELPER_ARGS,
     func = const OFF_HELPER_FN,
     ret = const OFF_HELPER_RET,
-    mask = const XSAVE_MASK_LO,
-    xarea = const XSAVE_BYTES,
 );
 
 // The lean variant for integer-only routines: no vector registers saved, no `cld` (the
@@ -136,7 +230,18 @@ core::arch::global_asm!(
 
 extern "C" {
     fn rgrind_helper_call();
+    fn rgrind_helper_call_xsavec();
+    fn rgrind_helper_call_avx();
     fn rgrind_helper_call_int();
+}
+
+/// Whether the CPU has XSAVEC (CPUID.(EAX=0DH,ECX=1):EAX bit 1).
+fn has_xsavec() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        let max = core::arch::x86_64::__cpuid(0).eax;
+        max >= 0xd && core::arch::x86_64::__cpuid_count(0xd, 1).eax & 2 != 0
+    })
 }
 
 /// Fills in a new thread context's helper fields (trampoline address, a fresh helper stack).
@@ -158,7 +263,14 @@ pub fn init_context(ctx: &mut ThreadContext) -> bool {
         return false;
     }
     ctx.helper_stack = p as u64 + HELPER_STACK_BYTES as u64;
-    ctx.helper_tramp = rgrind_helper_call as *const () as usize as u64;
+    ctx.helper_tramp = if crate::cpu::guest_xcr0() == Some(0x7) {
+        // The Valgrind CPU model is only chosen on hosts with AVX (`cpu::select`).
+        rgrind_helper_call_avx as *const () as usize as u64
+    } else if has_xsavec() {
+        rgrind_helper_call_xsavec as *const () as usize as u64
+    } else {
+        rgrind_helper_call as *const () as usize as u64
+    };
     ctx.helper_tramp_int = rgrind_helper_call_int as *const () as usize as u64;
     true
 }

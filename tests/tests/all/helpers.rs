@@ -113,7 +113,9 @@ fn integer_only_helpers_use_no_vector_registers_or_string_instructions() {
 
 /// Instrumentation calls out-of-line routines in the middle of guest code: the guest's vector
 /// registers (ymm upper halves, zmm16, mask registers) must survive them under every tool.
-/// The host CPU is shown (`--guest-env=native`), so the guest uses AVX-512 where the host has it.
+/// Shown the host CPU (`--guest-env=native`, the XSAVE trampolines) the guest uses AVX-512
+/// where the host has it, compared with a native run; shown Valgrind's AVX2 CPU (the ymm
+/// trampoline) it uses AVX2 only, compared with an uninstrumented run shown the same CPU.
 #[test]
 fn guest_vector_state_survives_instrumentation() {
     let cases: &[&[&str]] = &[
@@ -133,15 +135,22 @@ fn guest_vector_state_survives_instrumentation() {
         "native vecstate: {}",
         native.stdout_str()
     );
-    for opts in cases {
-        let mut all = vec!["-q", "--guest-env=native"];
-        all.extend_from_slice(opts);
-        let out = rgrind_tests::run_rgrind(&all, &cmd);
-        assert_eq!(
-            out.stdout_str(),
-            native.stdout_str(),
-            "vecstate under {opts:?}"
-        );
+    let valgrind_cpu = rgrind_tests::run_rgrind(&["-q", "--guest-env=valgrind"], &cmd);
+    assert!(valgrind_cpu.stdout_str().contains("done"));
+    for (env, reference) in [
+        ("--guest-env=native", &native),
+        ("--guest-env=valgrind", &valgrind_cpu),
+    ] {
+        for opts in cases {
+            let mut all = vec!["-q", env];
+            all.extend_from_slice(opts);
+            let out = rgrind_tests::run_rgrind(&all, &cmd);
+            assert_eq!(
+                out.stdout_str(),
+                reference.stdout_str(),
+                "vecstate under {env} {opts:?}"
+            );
+        }
     }
 }
 
