@@ -23,8 +23,8 @@ use super::cachegrind::modules::Modules;
 use dbt_core::tool::{
     BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, Instrumenter, RepKind, Tool,
 };
-use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext};
-use runtime::{BlockInfo, Exit, FnFlags, Runtime, ThreadState, Trigger};
+use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
+use runtime::{BlockInfo, Exit, FnFlags, JumpExit, Runtime, ThreadState, Trigger};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
@@ -41,6 +41,9 @@ pub const STOP_INSTRUMENTATION: u64 = 0x4354_0005;
 static RT: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 static LAST_KEY: AtomicU64 = AtomicU64::new(0);
 static LAST_THREAD: AtomicPtr<ThreadState> = AtomicPtr::new(core::ptr::null_mut());
+/// The tool itself (inside the core's `Box<dyn Tool>`, which never moves), for the periodic
+/// dump `clg_setup` writes; set by `instrument`.
+static TOOL: AtomicPtr<Callgrind> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The runtime and the running thread's state.
 ///
@@ -68,6 +71,7 @@ unsafe fn runtime_and_thread(key: u64) -> Option<(&'static mut Runtime, &'static
 extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
     let key = dbt_core::tool::thread_key();
     dbt_core::tool::with_host_fs(|| {
+        dump_if_due();
         // SAFETY: see `runtime_and_thread`; `info` was leaked by `instrument`.
         if let Some((rt, t)) = unsafe { runtime_and_thread(key) } {
             // SAFETY: `info` is a BlockInfo leaked by `instrument`, never freed.
@@ -76,6 +80,24 @@ extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
         }
     });
     0
+}
+
+/// `--dump-every-bb`: writes the periodic dump before the block that makes it due (Callgrind
+/// checks between blocks, when its scheduler runs a thread; see `docs/callgrind.md`).
+fn dump_if_due() {
+    let rt = RT.load(Ordering::Relaxed);
+    let tool = TOOL.load(Ordering::Relaxed);
+    if rt.is_null() || tool.is_null() {
+        return;
+    }
+    // SAFETY: as in `runtime_and_thread`: the runtime and the tool (set by `instrument` to its
+    // place in the core's box) are only used by the one running guest thread, and no other
+    // reference to them is live while a block-start routine runs.
+    unsafe {
+        if (*rt).dump_due() {
+            (*tool).dump_every();
+        }
+    }
 }
 
 /// The fast path of `clg_setup` (integer-only, no TLS, no allocation): returns 0 when it
@@ -139,6 +161,9 @@ impl Callgrind {
         let mut rt = Runtime::default();
         rt.skip_direct_rec = opts.skip_direct_rec;
         rt.collect_atstart = opts.collect_atstart;
+        rt.collect_jumps = opts.collect_jumps;
+        rt.separate_threads = opts.separate_threads;
+        rt.set_dump_every(opts.dump_every_bb);
         RT.store(Box::into_raw(Box::new(rt)), Ordering::Relaxed);
         let instrumenting = opts.instr_atstart;
         let cwd = std::env::current_dir().unwrap_or_default();
@@ -248,6 +273,20 @@ impl Callgrind {
             _ => Exit::Other,
         };
         let n_rep = b.insns.iter().filter(|v| v.rep != RepKind::None).count();
+        let jump = match last {
+            Some(v) if v.flow == FlowKind::IndirectJump => JumpExit::Indirect,
+            Some(v) if matches!(v.flow, FlowKind::Jump | FlowKind::CondBranch) => {
+                let target = v.insn.near_branch_target();
+                if target == b.end {
+                    JumpExit::None
+                } else if v.flow == FlowKind::Jump {
+                    JumpExit::Direct
+                } else {
+                    JumpExit::Cond(target)
+                }
+            }
+            _ => JumpExit::None,
+        };
         let mut rep = Vec::new();
         if n_rep > 0 {
             let arr = ins.cost_array(2 * n_rep);
@@ -276,6 +315,13 @@ impl Callgrind {
             fast_key: std::cell::Cell::new(u64::MAX),
             fast_count: std::cell::Cell::new(core::ptr::null_mut()),
             plain_exit: exit == Exit::Other && n_rep == 0,
+            jump,
+            rep_cond: b
+                .insns
+                .iter()
+                .filter(|v| v.rep != RepKind::None)
+                .map(|v| v.rep == RepKind::Cond)
+                .collect(),
         });
         let p = Box::into_raw(info) as *const BlockInfo;
         self.blocks.insert((b.start, b.end), p);
@@ -286,8 +332,13 @@ impl Callgrind {
         vec!["Ir".to_string()]
     }
 
-    /// Builds the dump data from the runtime's cost centres and arcs.
-    fn collect(&self, rt: &Runtime) -> CallgrindData {
+    /// Builds the dump data from the runtime's cost centres and arcs of partition `th`
+    /// (`None`: all); takes the jump arcs to write.
+    fn collect(&self, rt: &mut Runtime, th: Option<u32>) -> CallgrindData {
+        let mut jumps = rt.take_jumps(th);
+        // Callgrind writes a function's blocks by start address, each exit's newest arc first.
+        jumps.sort_by_key(|j| (j.cxt, j.rec, j.block, std::cmp::Reverse(j.seq)));
+        let rt: &Runtime = rt;
         let mut d = CallgrindData::default();
         for c in &rt.cxts {
             d.contexts.push(FnContext {
@@ -301,7 +352,7 @@ impl Callgrind {
         }
         let mut costs: BTreeMap<(usize, u32, u64), Vec<u64>> = BTreeMap::new();
         for b in &rt.bbccs {
-            if b.count == 0 && b.skipped == 0 {
+            if (b.count == 0 && b.skipped == 0) || th.is_some_and(|x| x != b.th) {
                 continue;
             }
             // SAFETY: leaked BlockInfo.
@@ -325,10 +376,10 @@ impl Callgrind {
         }
         d.costs = costs;
         for j in &rt.jccs {
-            if j.incl == 0 {
+            let (f, t) = (&rt.bbccs[j.from as usize], &rt.bbccs[j.to as usize]);
+            if j.incl == 0 || th.is_some_and(|x| x != f.th) {
                 continue;
             }
-            let (f, t) = (&rt.bbccs[j.from as usize], &rt.bbccs[j.to as usize]);
             // SAFETY: leaked BlockInfo.
             let fb = unsafe { &*f.bb };
             d.calls.push(CallArc {
@@ -341,23 +392,68 @@ impl Callgrind {
                 inclusive: vec![j.incl],
             });
         }
+        d.jumps = jumps
+            .into_iter()
+            .map(|j| JumpArc {
+                ctx: j.cxt as usize,
+                rec: j.rec,
+                from_addr: j.from_addr,
+                to_addr: j.to_addr,
+                executed: j.executed.unwrap_or(j.followed),
+                followed: j.executed.map(|_| j.followed),
+            })
+            .collect();
         d
     }
 
-    /// Writes one dump (`trigger` None: the final one) and zeroes the counters.
-    fn dump(&mut self, trigger: Option<&str>) {
+    /// Writes one dump (`trigger` None: the final one) and zeroes what it wrote. With
+    /// `--separate-threads=yes` each thread slot gets its own file (`only_current`: the
+    /// running thread's alone, as for client requests); all share the part number.
+    fn dump(&mut self, trigger: Option<&str>, only_current: bool) {
         let Some(rt) = self.runtime() else { return };
-        rt.flush_active();
         self.modules.refresh();
-        let sym = dumper::Symbolizer::new(self.modules.infos());
-        let mut data = self.collect(rt);
         let part = self.dumps + 1;
+        if self.opts.separate_threads {
+            let slots: Vec<usize> = match current_slot(rt) {
+                Some(i) if only_current => vec![i],
+                _ => (0..rt.threads.len()).collect(),
+            };
+            for i in slots {
+                rt.flush_active(Some(i));
+                self.write_part(rt, trigger, part, Some(i));
+                rt.zero(Some(i));
+            }
+        } else {
+            rt.flush_active(None);
+            self.write_part(rt, trigger, part, None);
+            rt.zero(None);
+        }
+        self.dumps = part;
+        // As Callgrind, a dump counts as an executed block.
+        self.bbs_done = rt.bb_executions;
+        rt.bb_executions = rt.bb_executions.wrapping_add(1);
+    }
+
+    /// The periodic dump (`--dump-every-bb`), of every thread.
+    fn dump_every(&mut self) {
+        let trigger = format!("--dump-every-bb={}", self.opts.dump_every_bb);
+        self.dump(Some(&trigger), false);
+        if let Some(rt) = self.runtime() {
+            rt.every_dumped();
+        }
+    }
+
+    /// Writes the file of one part: everything (`slot` None) or the thread slot's costs.
+    fn write_part(&self, rt: &mut Runtime, trigger: Option<&str>, part: u32, slot: Option<usize>) {
+        let sym = dumper::Symbolizer::new(self.modules.infos());
+        let th = slot.and_then(|i| rt.threads.get(i)).map(|t| (t.th, t.tid));
+        let mut data = self.collect(rt, th.map(|x| x.0));
         let cmd = dumper::callgrind::callgrind_cmd(&self.exe, &self.args);
         data.header = dumper::callgrind::callgrind_header(
             u64::from(std::process::id()),
             &cmd,
             u64::from(part),
-            None,
+            th.map(|x| u64::from(x.1)),
             ["", "", ""],
             (self.bbs_done, rt.bb_executions),
             trigger.unwrap_or("Program termination"),
@@ -366,7 +462,9 @@ impl Callgrind {
         let summary: u64 = rt
             .threads
             .iter()
-            .map(|t| t.cost.wrapping_sub(t.lastdump_cost))
+            .enumerate()
+            .filter(|(i, _)| slot.is_none_or(|s| s == *i))
+            .map(|(_, t)| t.cost.wrapping_sub(t.lastdump_cost))
             .sum();
         data.header.summary = Some(vec![summary]);
         let base = match &self.base {
@@ -382,7 +480,7 @@ impl Callgrind {
         let name = if self.opts.combine_dumps {
             base
         } else {
-            dumper::outfile::callgrind_dump_name(&base, trigger.map(|_| part), None)
+            dumper::outfile::callgrind_dump_name(&base, trigger.map(|_| part), th.map(|x| x.1))
         };
         let copts = CallgrindOptions {
             dump_instr: self.opts.dump_instr,
@@ -390,12 +488,13 @@ impl Callgrind {
             compress_strings: self.opts.compress_strings,
             compress_pos: self.opts.compress_pos,
         };
+        let append = self.opts.combine_dumps && (part > 1 || slot.is_some_and(|i| i > 0));
         let result = (|| -> Result<(), String> {
             let mut f = std::fs::OpenOptions::new()
                 .create(true)
                 .write(true)
-                .append(self.opts.combine_dumps && part > 1)
-                .truncate(!(self.opts.combine_dumps && part > 1))
+                .append(append)
+                .truncate(!append)
                 .open(&name)
                 .map_err(|e| format!("{name}: {e}"))?;
             let mut buf = Vec::new();
@@ -409,9 +508,6 @@ impl Callgrind {
                 "Error: can not write the Callgrind output file: {e}"
             ));
         }
-        self.dumps = part;
-        self.bbs_done = rt.bb_executions;
-        rt.zero();
     }
 
     fn handle_triggers(&mut self) {
@@ -419,10 +515,26 @@ impl Callgrind {
         let trig = std::mem::take(&mut rt.triggers);
         for t in trig {
             match t {
-                Trigger::ZeroBefore => rt.zero(),
-                Trigger::DumpBefore(_) => self.dump(Some("--dump-before")),
-                Trigger::DumpAfter(_) => self.dump(Some("--dump-after")),
+                Trigger::ZeroBefore => self.zero_current(false),
+                Trigger::DumpBefore(_) => self.dump(Some("--dump-before"), true),
+                Trigger::DumpAfter(_) => self.dump(Some("--dump-after"), true),
             }
+        }
+    }
+
+    /// Zeroes the running thread's costs (all costs unless `--separate-threads=yes`, where
+    /// one thread's are its own); `jumps`: its jump counts too (`CALLGRIND_ZERO_STATS`).
+    fn zero_current(&mut self, jumps: bool) {
+        let Some(rt) = self.runtime() else { return };
+        let slot = if self.opts.separate_threads {
+            current_slot(rt)
+        } else {
+            None
+        };
+        rt.zero(slot);
+        if jumps {
+            let th = slot.and_then(|i| rt.threads.get(i)).map(|t| t.th);
+            rt.zero_jumps(th);
         }
     }
 }
@@ -436,7 +548,22 @@ impl Tool for Callgrind {
         if !self.instrumenting || b.insns.is_empty() {
             return;
         }
+        TOOL.store(self, Ordering::Relaxed);
         let info = self.block_info(b, ins);
+        if self.opts.collect_jumps {
+            // Jump arcs are recorded by the full routine only.
+            ins.call(
+                0,
+                Helper {
+                    func: clg_setup,
+                    arg0: info as u64,
+                    integer_only: false,
+                },
+                CallArg::Sp,
+                0,
+            );
+            return;
+        }
         ins.call_with_fallback(
             0,
             Helper {
@@ -461,16 +588,12 @@ impl Tool for Callgrind {
             discard_translations: false,
         };
         match args[0] {
-            DUMP_STATS => self.dump(Some("Client Request")),
+            DUMP_STATS => self.dump(Some("Client Request"), true),
             DUMP_STATS_AT => {
                 let s = read_c_string(args[1]);
-                self.dump(Some(&format!("Client Request: {s}")));
+                self.dump(Some(&format!("Client Request: {s}")), true);
             }
-            ZERO_STATS => {
-                if let Some(rt) = self.runtime() {
-                    rt.zero();
-                }
-            }
+            ZERO_STATS => self.zero_current(true),
             TOGGLE_COLLECT => {
                 let key = dbt_core::tool::thread_key();
                 // SAFETY: tool hooks run with the guest stopped.
@@ -498,12 +621,29 @@ impl Tool for Callgrind {
         done
     }
 
+    fn thread_start(&mut self, parent: u64, child: u64) {
+        if let Some(rt) = self.runtime() {
+            // The parent first (the main thread is slot 1 even before its first block).
+            rt.thread(parent);
+            rt.thread_start(child);
+        }
+    }
+
+    fn thread_exit(&mut self, key: u64) {
+        if let Some(rt) = self.runtime() {
+            rt.thread_exit(key);
+        }
+        // The next thread with this key (a reused context) must look its slot up again.
+        LAST_KEY.store(0, Ordering::Relaxed);
+        LAST_THREAD.store(core::ptr::null_mut(), Ordering::Relaxed);
+    }
+
     fn fini(&mut self, reason: FiniReason) {
         self.handle_triggers();
         let total: u64 = self
             .runtime()
             .map_or(0, |rt| rt.threads.iter().map(|t| t.cost).sum());
-        self.dump(None);
+        self.dump(None, false);
         if self.quiet || reason == FiniReason::Exec {
             return;
         }
@@ -519,6 +659,12 @@ impl Tool for Callgrind {
             crate::log::line(&l);
         }
     }
+}
+
+/// The index in `rt.threads` of the thread that ran the last block.
+fn current_slot(rt: &Runtime) -> Option<usize> {
+    let cur = LAST_THREAD.load(Ordering::Relaxed);
+    rt.threads.iter().position(|x| core::ptr::eq(&**x, cur))
 }
 
 /// Reads a NUL-terminated guest string (at most 4 KiB).
