@@ -101,8 +101,8 @@ fn dump_if_due() {
 }
 
 /// The fast path of `clg_setup` (integer-only, no TLS, no allocation): returns 0 when it
-/// handled the block, 1 when `clg_setup` must run.
-extern "C" fn clg_setup_fast(info: u64, sp: u64, _: u64) -> u64 {
+/// handled the block, 1 when `clg_setup` must run. `jumps` is 1 with `--collect-jumps=yes`.
+extern "C" fn clg_setup_fast(info: u64, sp: u64, jumps: u64) -> u64 {
     let key = dbt_core::tool::thread_key();
     let rt = RT.load(Ordering::Relaxed);
     let t = LAST_THREAD.load(Ordering::Relaxed);
@@ -111,7 +111,14 @@ extern "C" fn clg_setup_fast(info: u64, sp: u64, _: u64) -> u64 {
     }
     // SAFETY: as in `runtime_and_thread` (leaked runtime, boxed thread states, one guest
     // thread at a time); `info` is a BlockInfo leaked by `instrument`, never freed.
-    let done = unsafe { (*rt).setup_fast(&mut *t, &*(info as *const BlockInfo), sp) };
+    let done = unsafe {
+        let (rt, t, bb) = (&mut *rt, &mut *t, &*(info as *const BlockInfo));
+        if jumps != 0 {
+            rt.setup_fast::<true>(t, bb, sp)
+        } else {
+            rt.setup_fast::<false>(t, bb, sp)
+        }
+    };
     u64::from(!done)
 }
 
@@ -550,20 +557,6 @@ impl Tool for Callgrind {
         }
         TOOL.store(self, Ordering::Relaxed);
         let info = self.block_info(b, ins);
-        if self.opts.collect_jumps {
-            // Jump arcs are recorded by the full routine only.
-            ins.call(
-                0,
-                Helper {
-                    func: clg_setup,
-                    arg0: info as u64,
-                    integer_only: false,
-                },
-                CallArg::Sp,
-                0,
-            );
-            return;
-        }
         ins.call_with_fallback(
             0,
             Helper {
@@ -577,7 +570,7 @@ impl Tool for Callgrind {
                 integer_only: false,
             },
             CallArg::Sp,
-            0,
+            u64::from(self.opts.collect_jumps),
         );
     }
 

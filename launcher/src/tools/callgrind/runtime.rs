@@ -184,6 +184,8 @@ pub struct Bbcc {
     /// The last call arc from here: `(callee cost centre << 32) | arc` (`u64::MAX`: none),
     /// for the fast path of a real call.
     pub last_call: u64,
+    /// The last jump arc from here, the same way (`--collect-jumps`).
+    pub last_jump: u64,
 }
 
 /// A jump arc between two cost centres (`--collect-jumps`), at the source block's last
@@ -473,6 +475,7 @@ impl Runtime {
             rep_extra: vec![0; bb.rep.len()],
             skipped: 0,
             last_call: u64::MAX,
+            last_jump: u64::MAX,
         }));
         self.bbcc_map.insert(key, id);
         id
@@ -618,8 +621,15 @@ impl Runtime {
     /// The common case of [`Runtime::setup`] with integer arithmetic only (called through
     /// the lean trampoline: no allocation, no TLS, no panic); returns false, having changed
     /// nothing, when `setup` must run instead. See the module's invariants.
+    /// `JUMPS` (`--collect-jumps`): a jump taken between the two blocks is counted on the
+    /// source cost centre's last jump arc, if it is that arc (else `setup` runs).
     #[inline(always)]
-    pub fn setup_fast(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) -> bool {
+    pub fn setup_fast<const JUMPS: bool>(
+        &mut self,
+        t: &mut ThreadState,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
         let f = &mut t.fast;
         if f.last_bb.is_null() || self.bb_executions >= self.fast_limit {
             return false;
@@ -643,6 +653,31 @@ impl Runtime {
         {
             return false;
         }
+        if JUMPS {
+            let taken = match &lbb.jump {
+                JumpExit::None => false,
+                JumpExit::Cond(target) => *target == bb.addr,
+                JumpExit::Direct | JumpExit::Indirect => true,
+            };
+            if taken {
+                let (Some(from), to) = (t.last_bbcc, bb.last.get().2) else {
+                    return false;
+                };
+                let Some(lj) = self.bbccs.get(from as usize).map(|b| b.last_jump) else {
+                    return false;
+                };
+                if (lj >> 32) as u32 != to {
+                    return false;
+                }
+                match self.jumps.get_mut(lj as u32 as usize) {
+                    Some(j) if j.from == from && j.to == to => {
+                        j.followed = j.followed.wrapping_add(1);
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        let f = &mut t.fast;
         self.bb_executions = self.bb_executions.wrapping_add(1);
         if t.collect {
             t.cost = t.cost.wrapping_add(lbb.n_insns);
@@ -1158,6 +1193,7 @@ impl Runtime {
             }
         };
         self.jumps[id as usize].followed += 1;
+        self.bbccs[from as usize].last_jump = (u64::from(to) << 32) | u64::from(id);
     }
 
     /// The jumps of one execution of `rep` number `k` of cost centre `lb`'s block:
