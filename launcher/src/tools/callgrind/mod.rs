@@ -6,6 +6,12 @@
 //! centre of the new block. At the end (and on `CALLGRIND_DUMP_STATS`) the cost centres and
 //! arcs are written as `callgrind.out.<pid>` through the dumper.
 //!
+//! `--collect-jumps=yes` adds `jump=`/`jcnd=` arcs (recorded by both routines, see
+//! [`runtime::JumpExit`]); `--separate-threads=yes` gives each of Valgrind's thread slots
+//! its own cost centres and file (`<base>[.part]-NN`; the core's `thread_start`/`thread_exit`
+//! hooks keep the slots); `--dump-every-bb=N` makes `clg_setup` write a dump of every thread
+//! before the block that takes the executed-block count more than N past the last one.
+//!
 //! # Invariants
 //! * `instrument` is deterministic: a block's `BlockInfo` is created once per (start, end)
 //!   and reused by every retranslation.
@@ -13,9 +19,11 @@
 //!   touching Rust state, and guest threads run one at a time, so the runtime is never used
 //!   from two threads at once.
 //!
+//! * The periodic dump runs inside `clg_setup` (on the helper stack, with rgrind's FS), reaching
+//!   the tool through `TOOL`, which `instrument` points at the tool's place in the core's box.
+//!
 //! Not done yet: cache and branch simulation events (`--cache-sim=yes`/`--branch-sim=yes` are
-//! accepted but only Ir is collected), `--collect-jumps` lines, `--dump-every-bb`, signal
-//! frames. See `docs/callgrind.md`.
+//! refused), signal frames, `--collect-systime`/`--collect-bus`. See `docs/callgrind.md`.
 pub mod options;
 pub mod runtime;
 
@@ -70,16 +78,33 @@ unsafe fn runtime_and_thread(key: u64) -> Option<(&'static mut Runtime, &'static
 /// Block-start routine: `info` is the block's leaked `BlockInfo`, `sp` the guest rsp.
 extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
     let key = dbt_core::tool::thread_key();
-    dbt_core::tool::with_host_fs(|| {
+    let pending = dbt_core::tool::with_host_fs(|| {
         dump_if_due();
         // SAFETY: see `runtime_and_thread`; `info` was leaked by `instrument`.
         if let Some((rt, t)) = unsafe { runtime_and_thread(key) } {
             // SAFETY: `info` is a BlockInfo leaked by `instrument`, never freed.
             let bb = unsafe { &*(info as *const BlockInfo) };
             rt.setup(t, bb, sp);
+            !rt.triggers.is_empty()
+        } else {
+            false
         }
     });
+    if pending {
+        dbt_core::tool::with_host_fs(triggers_now);
+    }
     0
+}
+
+/// `--dump-before/--dump-after/--zero-before`: acted on when the function is entered or left,
+/// as Callgrind does (before the entered block runs).
+fn triggers_now() {
+    let tool = TOOL.load(Ordering::Relaxed);
+    if tool.is_null() {
+        return;
+    }
+    // SAFETY: as in `dump_if_due`; the caller holds no reference to the runtime any more.
+    unsafe { (*tool).handle_triggers() };
 }
 
 /// `--dump-every-bb`: writes the periodic dump before the block that makes it due (Callgrind
@@ -125,6 +150,8 @@ extern "C" fn clg_setup_fast(info: u64, sp: u64, jumps: u64) -> u64 {
 /// Per-function data the tool keeps for naming and flags.
 struct FnNode {
     first_bb: u64,
+    /// Its name (for `--dump-before=NAME` triggers).
+    name: String,
 }
 
 pub struct Callgrind {
@@ -270,7 +297,10 @@ impl Callgrind {
         let nf = self.fns.len() as u32;
         let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
         if fn_id == nf {
-            self.fns.push(FnNode { first_bb: b.start });
+            self.fns.push(FnNode {
+                first_bb: b.start,
+                name: name.clone(),
+            });
         }
         let flags = self.flags_for(&name, plt);
         let last = b.insns.last();
@@ -428,12 +458,12 @@ impl Callgrind {
             for i in slots {
                 rt.flush_active(Some(i));
                 self.write_part(rt, trigger, part, Some(i));
-                rt.zero(Some(i));
+                rt.zero(Some(i), true);
             }
         } else {
             rt.flush_active(None);
             self.write_part(rt, trigger, part, None);
-            rt.zero(None);
+            rt.zero(None, true);
         }
         self.dumps = part;
         // As Callgrind, a dump counts as an executed block.
@@ -521,10 +551,17 @@ impl Callgrind {
         let Some(rt) = self.runtime() else { return };
         let trig = std::mem::take(&mut rt.triggers);
         for t in trig {
+            let name = |f: u32| self.fns.get(f as usize).map_or("", |n| n.name.as_str());
             match t {
-                Trigger::ZeroBefore => self.zero_current(false),
-                Trigger::DumpBefore(_) => self.dump(Some("--dump-before"), true),
-                Trigger::DumpAfter(_) => self.dump(Some("--dump-after"), true),
+                Trigger::ZeroBefore => self.zero_current(true),
+                Trigger::DumpBefore(f) => {
+                    let trigger = format!("--dump-before={}", name(f));
+                    self.dump(Some(&trigger), true);
+                }
+                Trigger::DumpAfter(f) => {
+                    let trigger = format!("--dump-after={}", name(f));
+                    self.dump(Some(&trigger), true);
+                }
             }
         }
     }
@@ -538,7 +575,7 @@ impl Callgrind {
         } else {
             None
         };
-        rt.zero(slot);
+        rt.zero(slot, false);
         if jumps {
             let th = slot.and_then(|i| rt.threads.get(i)).map(|t| t.th);
             rt.zero_jumps(th);

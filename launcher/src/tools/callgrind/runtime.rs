@@ -19,6 +19,16 @@
 //!   callee context, cost centre and arc are already cached (the caller's cost centre keeps
 //!   its last arc in [`Bbcc::last_call`]) and whose frame fits the shadow stacks' spare
 //!   capacity (the fast path never allocates).
+//! * Jump arcs (`--collect-jumps`) follow Callgrind's rules: a transfer that stays a jump
+//!   (not turned into a call, no frame unwound) from a block ending in `jmp` (to anywhere but
+//!   the next instruction), `jmp r/m`, or a taken conditional branch; they are counted whether
+//!   collection is on or not, and only the arcs of cost centres that ran are written (and
+//!   restarted) by a dump. Callgrind's blocks also end at every `rep` instruction, which then
+//!   loops as a block of its own: those conditional jumps are derived from the `rep`
+//!   counters ([`RepKey`]).
+//! * Thread states are Valgrind's thread slots: a new thread takes the lowest free one and
+//!   inherits its state. With `--separate-threads=yes` the slot index is part of every cost
+//!   centre's key (and of the fast path's `fast_key`), so each thread has its own.
 //!
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
@@ -1397,7 +1407,9 @@ impl Runtime {
 
     /// Zeroes the cost centres and call arcs (after a dump, or `CALLGRIND_ZERO_STATS`) of
     /// the thread slot at index `only` (its partition and its running cost) or of all.
-    pub fn zero(&mut self, only: Option<usize>) {
+    /// `after_dump`: an arc with no inclusive cost was not written and keeps its call count
+    /// (as Callgrind clears only the arcs it writes).
+    pub fn zero(&mut self, only: Option<usize>, after_dump: bool) {
         let th = only.and_then(|i| self.threads.get(i)).map(|t| t.th);
         for b in &mut self.bbccs {
             if th.is_some_and(|x| x != b.th) {
@@ -1408,7 +1420,9 @@ impl Runtime {
             b.skipped = 0;
         }
         for j in &mut self.jccs {
-            if th.is_some_and(|x| x != self.bbccs[j.from as usize].th) {
+            if th.is_some_and(|x| x != self.bbccs[j.from as usize].th)
+                || (after_dump && j.incl == 0)
+            {
                 continue;
             }
             j.count = 0;
