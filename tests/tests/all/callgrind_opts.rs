@@ -565,3 +565,44 @@ fn dump_every_bb_splits_the_run_into_parts() {
         "number of parts"
     );
 }
+
+#[test]
+fn dump_before_writes_a_part_when_the_function_is_entered() {
+    let Some(exe) = build("clg_loop_db", LOOP_C, &["-O0"]) else {
+        return;
+    };
+    let opts = ["--dump-before=spin"];
+    let dir = fresh_dir("clg_dump_before.rg");
+    profile(None, &exe, &dir, &opts);
+    let parts = files(&dir);
+    assert_eq!(
+        parts.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cg.out", "cg.out.1"]
+    );
+    assert!(parts["cg.out.1"].contains("desc: Trigger: --dump-before=spin\n"));
+    let (before, after) = (read_cl(&parts["cg.out.1"]), read_cl(&parts["cg.out"]));
+    // Everything up to the call is in part 1; spin's loop and the call to it in part 2.
+    assert_eq!(before.self_ir.get("spin"), None, "{before:?}");
+    assert!(after.self_ir.get("spin").copied().unwrap_or(0) > 2_470_000 * 10);
+    let call = "cfn=(";
+    assert!(parts["cg.out"].contains(call) && parts["cg.out"].contains("calls=1 "));
+    for n in ["cg.out", "cg.out.1"] {
+        annotate_reads(&dir.join(n));
+    }
+
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let vd = fresh_dir("clg_dump_before.vg");
+    profile(Some(&vg), &exe, &vd, &opts);
+    let theirs = files(&vd);
+    assert_eq!(
+        parts.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
+    );
+    let (tb, ta) = (read_cl(&theirs["cg.out.1"]), read_cl(&theirs["cg.out"]));
+    assert_eq!(before.self_ir.get("main"), tb.self_ir.get("main"));
+    assert_eq!(after.self_ir.get("spin"), ta.self_ir.get("spin"));
+    assert_eq!(after.self_ir.get("main"), ta.self_ir.get("main"));
+}

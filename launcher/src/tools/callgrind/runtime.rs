@@ -1455,3 +1455,151 @@ impl Runtime {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A leaked block of `n` two-byte instructions at `addr` in function 0.
+    fn block(addr: u64, n: u64, jump: JumpExit, rep: Vec<(usize, *mut u64)>) -> &'static BlockInfo {
+        let rep_cond = vec![false; rep.len()];
+        Box::leak(Box::new(BlockInfo {
+            addr,
+            last_insn: addr + 2 * (n - 1),
+            end: addr + 2 * n,
+            n_insns: n,
+            exit: Exit::Other,
+            is_entry: false,
+            obj: 0,
+            sect: 0,
+            fn_id: 0,
+            flags: FnFlags {
+                separate_recs: 2,
+                ..FnFlags::default()
+            },
+            insn_addrs: (0..n).map(|i| addr + 2 * i).collect(),
+            plain_exit: rep.is_empty(),
+            rep,
+            last: Cell::new((u32::MAX, u32::MAX, u32::MAX)),
+            fast_key: Cell::new(u64::MAX),
+            fast_count: Cell::new(core::ptr::null_mut()),
+            jump,
+            rep_cond,
+        }))
+    }
+
+    fn runtime(jumps: bool) -> Runtime {
+        Runtime {
+            collect_jumps: jumps,
+            ..Runtime::default()
+        }
+    }
+
+    #[test]
+    fn fast_keys_separate_threads_and_refuse_what_does_not_fit() {
+        assert_ne!(fast_key(3, 1, 0), fast_key(3, 1, 1));
+        assert_ne!(fast_key(3, 1, 0), fast_key(3, 0, 0));
+        assert_eq!(fast_key(3, 1 << 20, 0), u64::MAX);
+        assert_eq!(fast_key(3, 0, 1 << 12), u64::MAX);
+    }
+
+    #[test]
+    fn new_threads_take_the_lowest_free_slot_and_its_state() {
+        let mut rt = runtime(false);
+        rt.separate_threads = true;
+        let main = rt.thread(0x10);
+        let a = rt.thread_start(0x20);
+        let b = rt.thread_start(0x30);
+        // SAFETY: boxed states owned by `rt`, read while nothing else uses them.
+        let tid = |p: *mut ThreadState| unsafe { ((*p).tid, (*p).th) };
+        assert_eq!([tid(main), tid(a), tid(b)], [(1, 0), (2, 1), (3, 2)]);
+        // SAFETY: as above.
+        unsafe { (*a).cost = 77 };
+        rt.thread_exit(0x20);
+        rt.thread_exit(0x30);
+        let c = rt.thread_start(0x40);
+        assert_eq!(c, a, "slot 2 is reused with its state");
+        // SAFETY: as above.
+        assert_eq!(unsafe { (*c).cost }, 77);
+        assert_eq!(rt.thread(0x40), c);
+        assert_eq!(
+            rt.thread(0x30),
+            b,
+            "an unknown key takes the next free slot"
+        );
+    }
+
+    #[test]
+    fn taken_conditional_branches_become_jcnd_arcs() {
+        let mut rt = runtime(true);
+        let t = rt.thread(1);
+        // SAFETY: the boxed state lives in `rt.threads`; only `t` is used to reach it.
+        let t = unsafe { &mut *t };
+        let a = block(0x1000, 3, JumpExit::Cond(0x1000), Vec::new());
+        let b = block(0x1006, 2, JumpExit::None, Vec::new());
+        for bb in [a, a, a, a, b, b] {
+            rt.setup(t, bb, 0x8000);
+        }
+        let j = rt.take_jumps(None);
+        assert_eq!(j.len(), 1);
+        // Taken 3 times out of 4 executions; the fall-through to b is no arc.
+        assert_eq!((j[0].from_addr, j[0].to_addr), (0x1004, 0x1000));
+        assert_eq!((j[0].followed, j[0].executed), (3, Some(4)));
+        // Written arcs restart.
+        assert!(rt.take_jumps(None).is_empty());
+    }
+
+    #[test]
+    fn rep_iterations_become_jumps_of_callgrinds_rep_blocks() {
+        let mut rt = runtime(true);
+        let t = rt.thread(1);
+        // SAFETY: as above.
+        let t = unsafe { &mut *t };
+        let ctr = Box::leak(Box::new([0u64; 2])).as_mut_ptr();
+        // `rep movsb` as the second of three instructions.
+        let r = block(0x2000, 3, JumpExit::None, vec![(1, ctr)]);
+        let after = block(0x2006, 1, JumpExit::None, Vec::new());
+        rt.setup(t, r, 0x8000);
+        // SAFETY: the counter pair leaked above; nothing else uses it.
+        unsafe { *ctr = 5 };
+        let before = rt.bb_executions;
+        rt.setup(t, after, 0x8000);
+        // Callgrind ran [i0, rep], then [rep] 5 times, then [i2], then `after`.
+        assert_eq!(rt.bb_executions - before, 1 + 5 + 1);
+        let mut j = rt.take_jumps(None);
+        j.sort_by_key(|x| x.block);
+        let got: Vec<_> = j
+            .iter()
+            .map(|x| (x.block, x.from_addr, x.to_addr, x.followed, x.executed))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x2000, 0x2002, 0x2002, 1, Some(1)),
+                (0x2002, 0x2002, 0x2002, 4, Some(5)),
+            ]
+        );
+    }
+
+    #[test]
+    fn periodic_dump_is_due_after_more_than_n_blocks() {
+        let mut rt = runtime(false);
+        rt.set_dump_every(3);
+        let t = rt.thread(1);
+        // SAFETY: as above.
+        let t = unsafe { &mut *t };
+        let a = block(0x1000, 1, JumpExit::None, Vec::new());
+        for _ in 0..3 {
+            rt.setup(t, a, 0x8000);
+            assert!(!rt.dump_due());
+        }
+        rt.setup(t, a, 0x8000);
+        assert!(rt.dump_due());
+        assert!(
+            !rt.setup_fast::<false>(t, a, 0x8000),
+            "the fast path declines"
+        );
+        rt.every_dumped();
+        assert!(!rt.dump_due());
+    }
+}
