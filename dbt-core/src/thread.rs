@@ -86,6 +86,7 @@ pub fn spawn(
         0
     };
     let ptr = SendPtr(child as *mut ThreadContext as usize);
+    let child_key = ptr.0 as u64;
     let (tid_tx, tid_rx) = mpsc::channel::<u64>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let spawned = std::thread::Builder::new()
@@ -115,6 +116,10 @@ pub fn spawn(
     if flags & CLONE_PARENT_SETTID != 0 {
         write_guest_u64_u32(ptid, tid);
     }
+    let parent_key = parent as *const ThreadContext as u64;
+    crate::core_state::core()
+        .tool
+        .thread_start(parent_key, child_key);
     let _ = go_tx.send(());
     tid as i64
 }

@@ -48,6 +48,15 @@ pub trait Tool: Send {
         let _ = args;
         ClientReply::default()
     }
+    /// A guest thread (`child`, a [`thread_key`]) was created by `parent`, before it runs.
+    fn thread_start(&mut self, parent: u64, child: u64) {
+        let _ = (parent, child);
+    }
+    /// A guest thread (not the last one) is ending, before its CLONE_CHILD_CLEARTID wake-up
+    /// (so a joiner sees the thread gone, as under Valgrind, whose thread slot is free then).
+    fn thread_exit(&mut self, key: u64) {
+        let _ = key;
+    }
     /// Called once when the process ends in any way, before it ends.
     fn fini(&mut self, reason: FiniReason) {
         let _ = reason;

@@ -374,7 +374,8 @@ impl CallgrindData {
                         if !opts.dump_instr && tloc.line == 0 {
                             continue;
                         }
-                        let tfile = tloc.file_name().to_string();
+                        // Callgrind keeps the current file for a target without debug info.
+                        let tfile = tloc.file.as_deref().unwrap_or(&file).to_string();
                         entries.push(ClEntry::Jump {
                             file: file.clone(),
                             followed: j.followed,

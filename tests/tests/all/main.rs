@@ -9,6 +9,7 @@
 mod bad_input;
 mod cachegrind;
 mod callgrind;
+mod callgrind_opts;
 mod exit;
 mod guest_env;
 mod helpers;

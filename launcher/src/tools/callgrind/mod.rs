@@ -6,6 +6,12 @@
 //! centre of the new block. At the end (and on `CALLGRIND_DUMP_STATS`) the cost centres and
 //! arcs are written as `callgrind.out.<pid>` through the dumper.
 //!
+//! `--collect-jumps=yes` adds `jump=`/`jcnd=` arcs (recorded by both routines, see
+//! [`runtime::JumpExit`]); `--separate-threads=yes` gives each of Valgrind's thread slots
+//! its own cost centres and file (`<base>[.part]-NN`; the core's `thread_start`/`thread_exit`
+//! hooks keep the slots); `--dump-every-bb=N` makes `clg_setup` write a dump of every thread
+//! before the block that takes the executed-block count more than N past the last one.
+//!
 //! # Invariants
 //! * `instrument` is deterministic: a block's `BlockInfo` is created once per (start, end)
 //!   and reused by every retranslation.
@@ -13,9 +19,11 @@
 //!   touching Rust state, and guest threads run one at a time, so the runtime is never used
 //!   from two threads at once.
 //!
+//! * The periodic dump runs inside `clg_setup` (on the helper stack, with rgrind's FS), reaching
+//!   the tool through `TOOL`, which `instrument` points at the tool's place in the core's box.
+//!
 //! Not done yet: cache and branch simulation events (`--cache-sim=yes`/`--branch-sim=yes` are
-//! accepted but only Ir is collected), `--collect-jumps` lines, `--dump-every-bb`, signal
-//! frames. See `docs/callgrind.md`.
+//! refused), signal frames, `--collect-systime`/`--collect-bus`. See `docs/callgrind.md`.
 pub mod options;
 pub mod runtime;
 
@@ -23,8 +31,8 @@ use super::cachegrind::modules::Modules;
 use dbt_core::tool::{
     BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, Instrumenter, RepKind, Tool,
 };
-use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext};
-use runtime::{BlockInfo, Exit, FnFlags, Runtime, ThreadState, Trigger};
+use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
+use runtime::{BlockInfo, Exit, FnFlags, JumpExit, Runtime, ThreadState, Trigger};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
@@ -41,6 +49,9 @@ pub const STOP_INSTRUMENTATION: u64 = 0x4354_0005;
 static RT: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 static LAST_KEY: AtomicU64 = AtomicU64::new(0);
 static LAST_THREAD: AtomicPtr<ThreadState> = AtomicPtr::new(core::ptr::null_mut());
+/// The tool itself (inside the core's `Box<dyn Tool>`, which never moves), for the periodic
+/// dump `clg_setup` writes; set by `instrument`.
+static TOOL: AtomicPtr<Callgrind> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The runtime and the running thread's state.
 ///
@@ -67,20 +78,56 @@ unsafe fn runtime_and_thread(key: u64) -> Option<(&'static mut Runtime, &'static
 /// Block-start routine: `info` is the block's leaked `BlockInfo`, `sp` the guest rsp.
 extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
     let key = dbt_core::tool::thread_key();
-    dbt_core::tool::with_host_fs(|| {
+    let pending = dbt_core::tool::with_host_fs(|| {
+        dump_if_due();
         // SAFETY: see `runtime_and_thread`; `info` was leaked by `instrument`.
         if let Some((rt, t)) = unsafe { runtime_and_thread(key) } {
             // SAFETY: `info` is a BlockInfo leaked by `instrument`, never freed.
             let bb = unsafe { &*(info as *const BlockInfo) };
             rt.setup(t, bb, sp);
+            !rt.triggers.is_empty()
+        } else {
+            false
         }
     });
+    if pending {
+        dbt_core::tool::with_host_fs(triggers_now);
+    }
     0
 }
 
+/// `--dump-before/--dump-after/--zero-before`: acted on when the function is entered or left,
+/// as Callgrind does (before the entered block runs).
+fn triggers_now() {
+    let tool = TOOL.load(Ordering::Relaxed);
+    if tool.is_null() {
+        return;
+    }
+    // SAFETY: as in `dump_if_due`; the caller holds no reference to the runtime any more.
+    unsafe { (*tool).handle_triggers() };
+}
+
+/// `--dump-every-bb`: writes the periodic dump before the block that makes it due (Callgrind
+/// checks between blocks, when its scheduler runs a thread; see `docs/callgrind.md`).
+fn dump_if_due() {
+    let rt = RT.load(Ordering::Relaxed);
+    let tool = TOOL.load(Ordering::Relaxed);
+    if rt.is_null() || tool.is_null() {
+        return;
+    }
+    // SAFETY: as in `runtime_and_thread`: the runtime and the tool (set by `instrument` to its
+    // place in the core's box) are only used by the one running guest thread, and no other
+    // reference to them is live while a block-start routine runs.
+    unsafe {
+        if (*rt).dump_due() {
+            (*tool).dump_every();
+        }
+    }
+}
+
 /// The fast path of `clg_setup` (integer-only, no TLS, no allocation): returns 0 when it
-/// handled the block, 1 when `clg_setup` must run.
-extern "C" fn clg_setup_fast(info: u64, sp: u64, _: u64) -> u64 {
+/// handled the block, 1 when `clg_setup` must run. `jumps` is 1 with `--collect-jumps=yes`.
+extern "C" fn clg_setup_fast(info: u64, sp: u64, jumps: u64) -> u64 {
     let key = dbt_core::tool::thread_key();
     let rt = RT.load(Ordering::Relaxed);
     let t = LAST_THREAD.load(Ordering::Relaxed);
@@ -89,13 +136,22 @@ extern "C" fn clg_setup_fast(info: u64, sp: u64, _: u64) -> u64 {
     }
     // SAFETY: as in `runtime_and_thread` (leaked runtime, boxed thread states, one guest
     // thread at a time); `info` is a BlockInfo leaked by `instrument`, never freed.
-    let done = unsafe { (*rt).setup_fast(&mut *t, &*(info as *const BlockInfo), sp) };
+    let done = unsafe {
+        let (rt, t, bb) = (&mut *rt, &mut *t, &*(info as *const BlockInfo));
+        if jumps != 0 {
+            rt.setup_fast::<true>(t, bb, sp)
+        } else {
+            rt.setup_fast::<false>(t, bb, sp)
+        }
+    };
     u64::from(!done)
 }
 
 /// Per-function data the tool keeps for naming and flags.
 struct FnNode {
     first_bb: u64,
+    /// Its name (for `--dump-before=NAME` triggers).
+    name: String,
 }
 
 pub struct Callgrind {
@@ -139,6 +195,9 @@ impl Callgrind {
         let mut rt = Runtime::default();
         rt.skip_direct_rec = opts.skip_direct_rec;
         rt.collect_atstart = opts.collect_atstart;
+        rt.collect_jumps = opts.collect_jumps;
+        rt.separate_threads = opts.separate_threads;
+        rt.set_dump_every(opts.dump_every_bb);
         RT.store(Box::into_raw(Box::new(rt)), Ordering::Relaxed);
         let instrumenting = opts.instr_atstart;
         let cwd = std::env::current_dir().unwrap_or_default();
@@ -238,7 +297,10 @@ impl Callgrind {
         let nf = self.fns.len() as u32;
         let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
         if fn_id == nf {
-            self.fns.push(FnNode { first_bb: b.start });
+            self.fns.push(FnNode {
+                first_bb: b.start,
+                name: name.clone(),
+            });
         }
         let flags = self.flags_for(&name, plt);
         let last = b.insns.last();
@@ -248,6 +310,20 @@ impl Callgrind {
             _ => Exit::Other,
         };
         let n_rep = b.insns.iter().filter(|v| v.rep != RepKind::None).count();
+        let jump = match last {
+            Some(v) if v.flow == FlowKind::IndirectJump => JumpExit::Indirect,
+            Some(v) if matches!(v.flow, FlowKind::Jump | FlowKind::CondBranch) => {
+                let target = v.insn.near_branch_target();
+                if target == b.end {
+                    JumpExit::None
+                } else if v.flow == FlowKind::Jump {
+                    JumpExit::Direct
+                } else {
+                    JumpExit::Cond(target)
+                }
+            }
+            _ => JumpExit::None,
+        };
         let mut rep = Vec::new();
         if n_rep > 0 {
             let arr = ins.cost_array(2 * n_rep);
@@ -276,6 +352,13 @@ impl Callgrind {
             fast_key: std::cell::Cell::new(u64::MAX),
             fast_count: std::cell::Cell::new(core::ptr::null_mut()),
             plain_exit: exit == Exit::Other && n_rep == 0,
+            jump,
+            rep_cond: b
+                .insns
+                .iter()
+                .filter(|v| v.rep != RepKind::None)
+                .map(|v| v.rep == RepKind::Cond)
+                .collect(),
         });
         let p = Box::into_raw(info) as *const BlockInfo;
         self.blocks.insert((b.start, b.end), p);
@@ -286,8 +369,13 @@ impl Callgrind {
         vec!["Ir".to_string()]
     }
 
-    /// Builds the dump data from the runtime's cost centres and arcs.
-    fn collect(&self, rt: &Runtime) -> CallgrindData {
+    /// Builds the dump data from the runtime's cost centres and arcs of partition `th`
+    /// (`None`: all); takes the jump arcs to write.
+    fn collect(&self, rt: &mut Runtime, th: Option<u32>) -> CallgrindData {
+        let mut jumps = rt.take_jumps(th);
+        // Callgrind writes a function's blocks by start address, each exit's newest arc first.
+        jumps.sort_by_key(|j| (j.cxt, j.rec, j.block, std::cmp::Reverse(j.seq)));
+        let rt: &Runtime = rt;
         let mut d = CallgrindData::default();
         for c in &rt.cxts {
             d.contexts.push(FnContext {
@@ -301,7 +389,7 @@ impl Callgrind {
         }
         let mut costs: BTreeMap<(usize, u32, u64), Vec<u64>> = BTreeMap::new();
         for b in &rt.bbccs {
-            if b.count == 0 && b.skipped == 0 {
+            if (b.count == 0 && b.skipped == 0) || th.is_some_and(|x| x != b.th) {
                 continue;
             }
             // SAFETY: leaked BlockInfo.
@@ -325,10 +413,10 @@ impl Callgrind {
         }
         d.costs = costs;
         for j in &rt.jccs {
-            if j.incl == 0 {
+            let (f, t) = (&rt.bbccs[j.from as usize], &rt.bbccs[j.to as usize]);
+            if j.incl == 0 || th.is_some_and(|x| x != f.th) {
                 continue;
             }
-            let (f, t) = (&rt.bbccs[j.from as usize], &rt.bbccs[j.to as usize]);
             // SAFETY: leaked BlockInfo.
             let fb = unsafe { &*f.bb };
             d.calls.push(CallArc {
@@ -341,23 +429,68 @@ impl Callgrind {
                 inclusive: vec![j.incl],
             });
         }
+        d.jumps = jumps
+            .into_iter()
+            .map(|j| JumpArc {
+                ctx: j.cxt as usize,
+                rec: j.rec,
+                from_addr: j.from_addr,
+                to_addr: j.to_addr,
+                executed: j.executed.unwrap_or(j.followed),
+                followed: j.executed.map(|_| j.followed),
+            })
+            .collect();
         d
     }
 
-    /// Writes one dump (`trigger` None: the final one) and zeroes the counters.
-    fn dump(&mut self, trigger: Option<&str>) {
+    /// Writes one dump (`trigger` None: the final one) and zeroes what it wrote. With
+    /// `--separate-threads=yes` each thread slot gets its own file (`only_current`: the
+    /// running thread's alone, as for client requests); all share the part number.
+    fn dump(&mut self, trigger: Option<&str>, only_current: bool) {
         let Some(rt) = self.runtime() else { return };
-        rt.flush_active();
         self.modules.refresh();
-        let sym = dumper::Symbolizer::new(self.modules.infos());
-        let mut data = self.collect(rt);
         let part = self.dumps + 1;
+        if self.opts.separate_threads {
+            let slots: Vec<usize> = match current_slot(rt) {
+                Some(i) if only_current => vec![i],
+                _ => (0..rt.threads.len()).collect(),
+            };
+            for i in slots {
+                rt.flush_active(Some(i));
+                self.write_part(rt, trigger, part, Some(i));
+                rt.zero(Some(i), true);
+            }
+        } else {
+            rt.flush_active(None);
+            self.write_part(rt, trigger, part, None);
+            rt.zero(None, true);
+        }
+        self.dumps = part;
+        // As Callgrind, a dump counts as an executed block.
+        self.bbs_done = rt.bb_executions;
+        rt.bb_executions = rt.bb_executions.wrapping_add(1);
+    }
+
+    /// The periodic dump (`--dump-every-bb`), of every thread.
+    fn dump_every(&mut self) {
+        let trigger = format!("--dump-every-bb={}", self.opts.dump_every_bb);
+        self.dump(Some(&trigger), false);
+        if let Some(rt) = self.runtime() {
+            rt.every_dumped();
+        }
+    }
+
+    /// Writes the file of one part: everything (`slot` None) or the thread slot's costs.
+    fn write_part(&self, rt: &mut Runtime, trigger: Option<&str>, part: u32, slot: Option<usize>) {
+        let sym = dumper::Symbolizer::new(self.modules.infos());
+        let th = slot.and_then(|i| rt.threads.get(i)).map(|t| (t.th, t.tid));
+        let mut data = self.collect(rt, th.map(|x| x.0));
         let cmd = dumper::callgrind::callgrind_cmd(&self.exe, &self.args);
         data.header = dumper::callgrind::callgrind_header(
             u64::from(std::process::id()),
             &cmd,
             u64::from(part),
-            None,
+            th.map(|x| u64::from(x.1)),
             ["", "", ""],
             (self.bbs_done, rt.bb_executions),
             trigger.unwrap_or("Program termination"),
@@ -366,7 +499,9 @@ impl Callgrind {
         let summary: u64 = rt
             .threads
             .iter()
-            .map(|t| t.cost.wrapping_sub(t.lastdump_cost))
+            .enumerate()
+            .filter(|(i, _)| slot.is_none_or(|s| s == *i))
+            .map(|(_, t)| t.cost.wrapping_sub(t.lastdump_cost))
             .sum();
         data.header.summary = Some(vec![summary]);
         let base = match &self.base {
@@ -382,7 +517,7 @@ impl Callgrind {
         let name = if self.opts.combine_dumps {
             base
         } else {
-            dumper::outfile::callgrind_dump_name(&base, trigger.map(|_| part), None)
+            dumper::outfile::callgrind_dump_name(&base, trigger.map(|_| part), th.map(|x| x.1))
         };
         let copts = CallgrindOptions {
             dump_instr: self.opts.dump_instr,
@@ -390,12 +525,13 @@ impl Callgrind {
             compress_strings: self.opts.compress_strings,
             compress_pos: self.opts.compress_pos,
         };
+        let append = self.opts.combine_dumps && (part > 1 || slot.is_some_and(|i| i > 0));
         let result = (|| -> Result<(), String> {
             let mut f = std::fs::OpenOptions::new()
                 .create(true)
                 .write(true)
-                .append(self.opts.combine_dumps && part > 1)
-                .truncate(!(self.opts.combine_dumps && part > 1))
+                .append(append)
+                .truncate(!append)
                 .open(&name)
                 .map_err(|e| format!("{name}: {e}"))?;
             let mut buf = Vec::new();
@@ -409,20 +545,40 @@ impl Callgrind {
                 "Error: can not write the Callgrind output file: {e}"
             ));
         }
-        self.dumps = part;
-        self.bbs_done = rt.bb_executions;
-        rt.zero();
     }
 
     fn handle_triggers(&mut self) {
         let Some(rt) = self.runtime() else { return };
         let trig = std::mem::take(&mut rt.triggers);
         for t in trig {
+            let name = |f: u32| self.fns.get(f as usize).map_or("", |n| n.name.as_str());
             match t {
-                Trigger::ZeroBefore => rt.zero(),
-                Trigger::DumpBefore(_) => self.dump(Some("--dump-before")),
-                Trigger::DumpAfter(_) => self.dump(Some("--dump-after")),
+                Trigger::ZeroBefore => self.zero_current(true),
+                Trigger::DumpBefore(f) => {
+                    let trigger = format!("--dump-before={}", name(f));
+                    self.dump(Some(&trigger), true);
+                }
+                Trigger::DumpAfter(f) => {
+                    let trigger = format!("--dump-after={}", name(f));
+                    self.dump(Some(&trigger), true);
+                }
             }
+        }
+    }
+
+    /// Zeroes the running thread's costs (all costs unless `--separate-threads=yes`, where
+    /// one thread's are its own); `jumps`: its jump counts too (`CALLGRIND_ZERO_STATS`).
+    fn zero_current(&mut self, jumps: bool) {
+        let Some(rt) = self.runtime() else { return };
+        let slot = if self.opts.separate_threads {
+            current_slot(rt)
+        } else {
+            None
+        };
+        rt.zero(slot, false);
+        if jumps {
+            let th = slot.and_then(|i| rt.threads.get(i)).map(|t| t.th);
+            rt.zero_jumps(th);
         }
     }
 }
@@ -436,6 +592,7 @@ impl Tool for Callgrind {
         if !self.instrumenting || b.insns.is_empty() {
             return;
         }
+        TOOL.store(self, Ordering::Relaxed);
         let info = self.block_info(b, ins);
         ins.call_with_fallback(
             0,
@@ -450,7 +607,7 @@ impl Tool for Callgrind {
                 integer_only: false,
             },
             CallArg::Sp,
-            0,
+            u64::from(self.opts.collect_jumps),
         );
     }
 
@@ -461,16 +618,12 @@ impl Tool for Callgrind {
             discard_translations: false,
         };
         match args[0] {
-            DUMP_STATS => self.dump(Some("Client Request")),
+            DUMP_STATS => self.dump(Some("Client Request"), true),
             DUMP_STATS_AT => {
                 let s = read_c_string(args[1]);
-                self.dump(Some(&format!("Client Request: {s}")));
+                self.dump(Some(&format!("Client Request: {s}")), true);
             }
-            ZERO_STATS => {
-                if let Some(rt) = self.runtime() {
-                    rt.zero();
-                }
-            }
+            ZERO_STATS => self.zero_current(true),
             TOGGLE_COLLECT => {
                 let key = dbt_core::tool::thread_key();
                 // SAFETY: tool hooks run with the guest stopped.
@@ -498,12 +651,29 @@ impl Tool for Callgrind {
         done
     }
 
+    fn thread_start(&mut self, parent: u64, child: u64) {
+        if let Some(rt) = self.runtime() {
+            // The parent first (the main thread is slot 1 even before its first block).
+            rt.thread(parent);
+            rt.thread_start(child);
+        }
+    }
+
+    fn thread_exit(&mut self, key: u64) {
+        if let Some(rt) = self.runtime() {
+            rt.thread_exit(key);
+        }
+        // The next thread with this key (a reused context) must look its slot up again.
+        LAST_KEY.store(0, Ordering::Relaxed);
+        LAST_THREAD.store(core::ptr::null_mut(), Ordering::Relaxed);
+    }
+
     fn fini(&mut self, reason: FiniReason) {
         self.handle_triggers();
         let total: u64 = self
             .runtime()
             .map_or(0, |rt| rt.threads.iter().map(|t| t.cost).sum());
-        self.dump(None);
+        self.dump(None, false);
         if self.quiet || reason == FiniReason::Exec {
             return;
         }
@@ -519,6 +689,12 @@ impl Tool for Callgrind {
             crate::log::line(&l);
         }
     }
+}
+
+/// The index in `rt.threads` of the thread that ran the last block.
+fn current_slot(rt: &Runtime) -> Option<usize> {
+    let cur = LAST_THREAD.load(Ordering::Relaxed);
+    rt.threads.iter().position(|x| core::ptr::eq(&**x, cur))
 }
 
 /// Reads a NUL-terminated guest string (at most 4 KiB).

@@ -180,7 +180,13 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
             "--compress-strings" => o.compress_strings = parse_bool(n, v)?,
             "--compress-pos" => o.compress_pos = parse_bool(n, v)?,
             "--combine-dumps" => o.combine_dumps = parse_bool(n, v)?,
-            "--dump-every-bb" => o.dump_every_bb = parse_num(n, v)?,
+            // Valgrind reads a signed 64-bit value into an unsigned one: -5 means "never".
+            "--dump-every-bb" => {
+                o.dump_every_bb = v
+                    .parse::<i64>()
+                    .map_err(|_| bad(n, v, format!("Invalid integer value '{v}'")))?
+                    as u64;
+            }
             "--dump-before" => o.dump_before.push(v.clone()),
             "--dump-after" => o.dump_after.push(v.clone()),
             "--zero-before" => o.zero_before.push(v.clone()),
@@ -258,9 +264,6 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
     for (on, what) in [
         (o.cache_sim, "--cache-sim=yes"),
         (o.branch_sim, "--branch-sim=yes"),
-        (o.collect_jumps, "--collect-jumps=yes"),
-        (o.separate_threads, "--separate-threads=yes"),
-        (o.dump_every_bb > 0, "--dump-every-bb"),
     ] {
         if on {
             unsupported.push(what.to_string());
@@ -268,8 +271,9 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
     }
     if let Some(first) = unsupported.first() {
         return Err(OptionError(vec![
-            format!("callgrind: {first} is not implemented in rgrind yet (only Ir is collected, in one merged dump)"),
-            "use --tool=cachegrind --cache-sim=yes --branch-sim=yes for cache and branch events".to_string(),
+            format!("callgrind: {first} is not implemented in rgrind yet (only Ir is collected)"),
+            "use --tool=cachegrind --cache-sim=yes --branch-sim=yes for cache and branch events"
+                .to_string(),
         ]));
     }
     Ok(o)
@@ -303,10 +307,8 @@ mod tests {
         for (n, v) in [
             ("--cache-sim", "yes"),
             ("--branch-sim", "yes"),
-            ("--collect-jumps", "yes"),
-            ("--separate-threads", "yes"),
             ("--collect-systime", "nsec"),
-            ("--dump-every-bb", "1000"),
+            ("--collect-bus", "yes"),
         ] {
             let e = parse(&opts(&[(n, v)]))
                 .err()
@@ -322,6 +324,25 @@ mod tests {
         ] {
             assert!(parse(&opts(&[(n, v)])).is_ok(), "{n}={v} refused");
         }
+    }
+
+    #[test]
+    fn jumps_threads_and_periodic_dumps_are_accepted() {
+        let o = parse(&opts(&[
+            ("--collect-jumps", "yes"),
+            ("--separate-threads", "yes"),
+            ("--dump-every-bb", "1000"),
+        ]))
+        .unwrap();
+        assert!(o.collect_jumps && o.separate_threads);
+        assert_eq!(o.dump_every_bb, 1000);
+        let o = parse(&opts(&[("--trace-jump", "yes")])).unwrap();
+        assert!(o.collect_jumps);
+        let e = parse(&opts(&[("--dump-every-bb", "abc")])).unwrap_err();
+        assert_eq!(e.0[0], "Bad option: --dump-every-bb=abc");
+        // As Valgrind: a negative count wraps to a huge one (no periodic dump).
+        let o = parse(&opts(&[("--dump-every-bb", "-5")])).unwrap();
+        assert_eq!(o.dump_every_bb, u64::MAX - 4);
     }
 
     #[test]

@@ -19,6 +19,16 @@
 //!   callee context, cost centre and arc are already cached (the caller's cost centre keeps
 //!   its last arc in [`Bbcc::last_call`]) and whose frame fits the shadow stacks' spare
 //!   capacity (the fast path never allocates).
+//! * Jump arcs (`--collect-jumps`) follow Callgrind's rules: a transfer that stays a jump
+//!   (not turned into a call, no frame unwound) from a block ending in `jmp` (to anywhere but
+//!   the next instruction), `jmp r/m`, or a taken conditional branch; they are counted whether
+//!   collection is on or not, and only the arcs of cost centres that ran are written (and
+//!   restarted) by a dump. Callgrind's blocks also end at every `rep` instruction, which then
+//!   loops as a block of its own: those conditional jumps are derived from the `rep`
+//!   counters ([`RepKey`]).
+//! * Thread states are Valgrind's thread slots: a new thread takes the lowest free one and
+//!   inherits its state. With `--separate-threads=yes` the slot index is part of every cost
+//!   centre's key (and of the fast path's `fast_key`), so each thread has its own.
 //!
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
@@ -63,6 +73,21 @@ pub enum Exit {
     Other,
 }
 
+/// How a block's last instruction leaves it, as Callgrind classifies the final exit for
+/// `--collect-jumps` (after undoing VEX's inverted conditional branches): only a transfer to
+/// somewhere other than the next instruction can be a jump arc.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JumpExit {
+    /// Fall-through, call, return, system call, or a branch to the next instruction.
+    None,
+    /// `jmp` to a fixed target: a `jump=` arc.
+    Direct,
+    /// `jmp r/m`: a `jump=` arc wherever it lands (even on the next instruction).
+    Indirect,
+    /// A conditional branch to this target: a `jcnd=` arc when taken.
+    Cond(u64),
+}
+
 /// Per-function switches, copied into each block of the function.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FnFlags {
@@ -102,11 +127,22 @@ pub struct BlockInfo {
     pub fast_count: Cell<*mut u64>,
     /// `exit == Other` and no `rep` instruction: the next block may take the fast path.
     pub plain_exit: bool,
+    /// `--collect-jumps`: the final exit's kind.
+    pub jump: JumpExit,
+    /// For each `rep` (same order as `rep`): whether it is `repe`/`repne`, whose counter pair's
+    /// second word counts iterations.
+    pub rep_cond: Vec<bool>,
 }
 
-/// The key of a (context, recursion level) pair in [`BlockInfo::fast_key`] and [`Fast`].
-fn fast_key(cxt: u32, rec: u32) -> u64 {
-    (u64::from(cxt) << 32) | u64::from(rec)
+/// The key of a (context, recursion level, thread partition) triple in
+/// [`BlockInfo::fast_key`] and [`Fast`]; `u64::MAX` (never cached) when a level or partition
+/// does not fit its bits.
+#[inline(always)]
+fn fast_key(cxt: u32, rec: u32, th: u32) -> u64 {
+    if rec >= 1 << 20 || th >= 1 << 12 {
+        return u64::MAX;
+    }
+    (u64::from(cxt) << 32) | (u64::from(th) << 20) | u64::from(rec)
 }
 
 /// What [`Runtime::setup_fast`] needs of a thread, kept up to date by the slow path.
@@ -147,6 +183,8 @@ pub struct Bbcc {
     pub bb: *const BlockInfo,
     pub cxt: u32,
     pub rec: u32,
+    /// Thread partition (`--separate-threads=yes`: the thread slot's index, else 0).
+    pub th: u32,
     /// Executions.
     pub count: u64,
     /// Extra entries of each `rep` instruction (same order as `BlockInfo::rep`).
@@ -156,6 +194,69 @@ pub struct Bbcc {
     /// The last call arc from here: `(callee cost centre << 32) | arc` (`u64::MAX`: none),
     /// for the fast path of a real call.
     pub last_call: u64,
+    /// The last jump arc from here, the same way (`--collect-jumps`).
+    pub last_jump: u64,
+}
+
+/// A jump arc between two cost centres (`--collect-jumps`), at the source block's last
+/// instruction.
+pub struct JumpRec {
+    pub from: u32,
+    pub to: u32,
+    /// Conditional (`jcnd=`): its executions are the source cost centre's.
+    pub cond: bool,
+    /// Times taken since it was last written (counted whether collection is on or not, as
+    /// Callgrind does).
+    pub followed: u64,
+    /// Creation order (Callgrind writes an exit's newest arc first).
+    pub seq: u64,
+}
+
+/// Which Callgrind block a `rep` exit belongs to. Callgrind's blocks end at each `rep`
+/// instruction, and every further iteration runs the block made of the `rep` alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RepKey {
+    /// The part of cost centre `bbcc`'s block that ends at its `rep` number `k` (not the first
+    /// instruction).
+    Part { bbcc: u32, k: u32 },
+    /// The one-instruction block of the `rep` at `addr`, in a context, level and partition.
+    Own {
+        addr: u64,
+        cxt: u32,
+        rec: u32,
+        th: u32,
+    },
+}
+
+/// The conditional jump from a `rep` back to itself (`jcnd=` at the `rep`).
+pub struct RepRec {
+    pub cxt: u32,
+    pub rec: u32,
+    pub th: u32,
+    /// The `rep` instruction.
+    pub addr: u64,
+    /// Start of the Callgrind block it ends (the order Callgrind writes blocks in).
+    pub block: u64,
+    /// Iterations that went on (jumps taken).
+    pub followed: u64,
+    /// Times the jump was reached (collected), and executions of the block (collected).
+    pub executed: u64,
+    pub execs: u64,
+    pub seq: u64,
+}
+
+/// A jump arc as the dump needs it.
+pub struct JumpOut {
+    pub cxt: u32,
+    pub rec: u32,
+    pub from_addr: u64,
+    pub to_addr: u64,
+    /// `Some(executions)` for `jcnd=`.
+    pub executed: Option<u64>,
+    pub followed: u64,
+    /// Start of the Callgrind block the jump ends, and creation order, for ordering.
+    pub block: u64,
+    pub seq: u64,
 }
 
 /// A call arc between two cost centres.
@@ -178,10 +279,17 @@ struct Entry {
 
 /// One guest thread's call-tracking state.
 pub struct ThreadState {
+    /// The running thread's key (valid while `live`).
     pub key: u64,
-    /// 1-based, in order of first execution (`--separate-threads` file suffix, not yet used).
-    #[allow(dead_code)]
+    /// Valgrind's thread id: 1-based slot, the lowest free one when the thread was created
+    /// (`--separate-threads` file suffix and `thread:` line). A later thread reuses the slot
+    /// of an ended one, and with it this state (costs, call stack, last block), as Callgrind's
+    /// per-thread-id state is reused.
     pub tid: u32,
+    /// Whether a live thread holds the slot.
+    pub live: bool,
+    /// Cost-centre partition: `tid - 1` with `--separate-threads=yes`, else 0.
+    pub th: u32,
     stack: Vec<Entry>,
     fn_stack: Vec<u32>,
     cxt: Option<u32>,
@@ -205,14 +313,13 @@ pub enum Trigger {
 }
 
 /// Everything the helper updates.
-#[derive(Default)]
 pub struct Runtime {
     pub cxts: Vec<Cxt>,
     cxt_map: HashMap<Vec<u32>, u32>,
     /// Boxed: the fast path keeps pointers to the counters.
     #[allow(clippy::vec_box)]
     pub bbccs: Vec<Box<Bbcc>>,
-    bbcc_map: HashMap<(usize, u32, u32), u32>,
+    bbcc_map: HashMap<(usize, u32, u32, u32), u32>,
     pub jccs: Vec<Jcc>,
     jcc_map: HashMap<(u32, u32), u32>,
     /// Boxed: the helper keeps a raw pointer to the running thread's state across pushes.
@@ -223,18 +330,75 @@ pub struct Runtime {
     pub collect_atstart: bool,
     /// Triggers met since the tool last looked.
     pub triggers: Vec<Trigger>,
+    /// `--collect-jumps=yes`: jump arcs are recorded (by the slow path only).
+    pub collect_jumps: bool,
+    /// `--separate-threads=yes`: each thread slot has its own cost centres.
+    pub separate_threads: bool,
+    jump_map: HashMap<(u32, u32), u32>,
+    pub jumps: Vec<JumpRec>,
+    rep_map: HashMap<RepKey, u32>,
+    pub reps: Vec<RepRec>,
+    seq: u64,
+    /// `--dump-every-bb` (0: off) and `bb_executions` after the last such dump.
+    pub dump_every: u64,
+    pub every_done: u64,
+    /// The fast path declines once `bb_executions` reaches this (a periodic dump is due).
+    fast_limit: u64,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime {
+            cxts: Vec::new(),
+            cxt_map: HashMap::default(),
+            bbccs: Vec::new(),
+            bbcc_map: HashMap::default(),
+            jccs: Vec::new(),
+            jcc_map: HashMap::default(),
+            threads: Vec::new(),
+            bb_executions: 0,
+            skip_direct_rec: false,
+            collect_atstart: true,
+            triggers: Vec::new(),
+            collect_jumps: false,
+            separate_threads: false,
+            jump_map: HashMap::default(),
+            jumps: Vec::new(),
+            rep_map: HashMap::default(),
+            reps: Vec::new(),
+            seq: 0,
+            dump_every: 0,
+            every_done: 0,
+            fast_limit: u64::MAX,
+        }
+    }
 }
 
 impl Runtime {
-    /// The state of the thread with `key`, created on first use.
+    /// The state of the live thread with `key`; a thread not announced by
+    /// [`Runtime::thread_start`] (the main thread) gets a slot on first use.
     pub fn thread(&mut self, key: u64) -> *mut ThreadState {
-        if let Some(t) = self.threads.iter_mut().find(|t| t.key == key) {
+        if let Some(t) = self.threads.iter_mut().find(|t| t.live && t.key == key) {
+            return &mut **t;
+        }
+        self.thread_start(key)
+    }
+
+    /// A new thread takes the lowest free slot (Valgrind's thread ids); a reused slot keeps
+    /// its state, as Callgrind's does.
+    pub fn thread_start(&mut self, key: u64) -> *mut ThreadState {
+        if let Some(t) = self.threads.iter_mut().find(|t| !t.live) {
+            t.live = true;
+            t.key = key;
             return &mut **t;
         }
         let tid = self.threads.len() as u32 + 1;
+        let th = if self.separate_threads { tid - 1 } else { 0 };
         self.threads.push(Box::new(ThreadState {
             key,
             tid,
+            live: true,
+            th,
             // Spare capacity from the start: the fast path pushes only without reallocating.
             stack: Vec::with_capacity(256),
             fn_stack: Vec::with_capacity(256),
@@ -251,6 +415,35 @@ impl Runtime {
         &mut *self.threads[last]
     }
 
+    /// The thread with `key` ended: its slot is free for the next new thread.
+    pub fn thread_exit(&mut self, key: u64) {
+        if let Some(t) = self.threads.iter_mut().find(|t| t.live && t.key == key) {
+            t.live = false;
+        }
+    }
+
+    /// Arms the periodic dump: the fast path declines from the block that makes it due.
+    pub fn set_dump_every(&mut self, n: u64) {
+        self.dump_every = n;
+        self.fast_limit = if n == 0 {
+            u64::MAX
+        } else {
+            self.every_done.saturating_add(n).saturating_add(1)
+        };
+    }
+
+    /// Whether `--dump-every-bb` asks for a dump before the next block (Callgrind checks
+    /// `executed blocks - blocks at the last such dump > N`).
+    pub fn dump_due(&self) -> bool {
+        self.dump_every > 0 && self.bb_executions.wrapping_sub(self.every_done) > self.dump_every
+    }
+
+    /// Records that a periodic dump was just written.
+    pub fn every_dumped(&mut self) {
+        self.every_done = self.bb_executions;
+        self.set_dump_every(self.dump_every);
+    }
+
     fn get_cxt(&mut self, fns: &[u32], entry: u64, recs: u32) -> u32 {
         if let Some(&c) = self.cxt_map.get(fns) {
             return c;
@@ -265,20 +458,20 @@ impl Runtime {
         id
     }
 
-    fn get_bbcc(&mut self, bb: &BlockInfo, cxt: u32, rec: u32) -> u32 {
+    fn get_bbcc(&mut self, bb: &BlockInfo, cxt: u32, rec: u32, th: u32) -> u32 {
         let (lc, lr, lb) = bb.last.get();
-        if lc == cxt && lr == rec && lb != u32::MAX {
+        if lc == cxt && lr == rec && lb != u32::MAX && self.bbccs[lb as usize].th == th {
             return lb;
         }
-        let b = self.get_bbcc_slow(bb, cxt, rec);
+        let b = self.get_bbcc_slow(bb, cxt, rec, th);
         bb.last.set((cxt, rec, b));
-        bb.fast_key.set(fast_key(cxt, rec));
+        bb.fast_key.set(fast_key(cxt, rec, th));
         bb.fast_count.set(&mut self.bbccs[b as usize].count);
         b
     }
 
-    fn get_bbcc_slow(&mut self, bb: &BlockInfo, cxt: u32, rec: u32) -> u32 {
-        let key = (bb as *const BlockInfo as usize, cxt, rec);
+    fn get_bbcc_slow(&mut self, bb: &BlockInfo, cxt: u32, rec: u32, th: u32) -> u32 {
+        let key = (bb as *const BlockInfo as usize, cxt, rec, th);
         if let Some(&b) = self.bbcc_map.get(&key) {
             return b;
         }
@@ -287,10 +480,12 @@ impl Runtime {
             bb,
             cxt,
             rec,
+            th,
             count: 0,
             rep_extra: vec![0; bb.rep.len()],
             skipped: 0,
             last_call: u64::MAX,
+            last_jump: u64::MAX,
         }));
         self.bbcc_map.insert(key, id);
         id
@@ -436,10 +631,17 @@ impl Runtime {
     /// The common case of [`Runtime::setup`] with integer arithmetic only (called through
     /// the lean trampoline: no allocation, no TLS, no panic); returns false, having changed
     /// nothing, when `setup` must run instead. See the module's invariants.
+    /// `JUMPS` (`--collect-jumps`): a jump taken between the two blocks is counted on the
+    /// source cost centre's last jump arc, if it is that arc (else `setup` runs).
     #[inline(always)]
-    pub fn setup_fast(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) -> bool {
+    pub fn setup_fast<const JUMPS: bool>(
+        &mut self,
+        t: &mut ThreadState,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
         let f = &mut t.fast;
-        if f.last_bb.is_null() {
+        if f.last_bb.is_null() || self.bb_executions >= self.fast_limit {
             return false;
         }
         // SAFETY: `last_bb` is a leaked BlockInfo (never freed), set by `refresh_fast`.
@@ -461,6 +663,31 @@ impl Runtime {
         {
             return false;
         }
+        if JUMPS {
+            let taken = match &lbb.jump {
+                JumpExit::None => false,
+                JumpExit::Cond(target) => *target == bb.addr,
+                JumpExit::Direct | JumpExit::Indirect => true,
+            };
+            if taken {
+                let (Some(from), to) = (t.last_bbcc, bb.last.get().2) else {
+                    return false;
+                };
+                let Some(lj) = self.bbccs.get(from as usize).map(|b| b.last_jump) else {
+                    return false;
+                };
+                if (lj >> 32) as u32 != to {
+                    return false;
+                }
+                match self.jumps.get_mut(lj as u32 as usize) {
+                    Some(j) if j.from == from && j.to == to => {
+                        j.followed = j.followed.wrapping_add(1);
+                    }
+                    _ => return false,
+                }
+            }
+        }
+        let f = &mut t.fast;
         self.bb_executions = self.bb_executions.wrapping_add(1);
         if t.collect {
             t.cost = t.cost.wrapping_add(lbb.n_insns);
@@ -550,7 +777,7 @@ impl Runtime {
         } else {
             0
         };
-        if bkey != fast_key(new_cxt, idx) {
+        if bkey != fast_key(new_cxt, idx, t.th) {
             return false;
         }
         // `fast_key` and `last` are set together: this is `get_bbcc(bb, new_cxt, idx)`.
@@ -698,7 +925,7 @@ impl Runtime {
         } else {
             0
         };
-        if bb.fast_key.get() != fast_key(new_cxt, idx) {
+        if bb.fast_key.get() != fast_key(new_cxt, idx, t.th) {
             return false;
         }
         // Commit: charge the previous block, pop the frame (as `pop`), enter `bb`.
@@ -745,7 +972,7 @@ impl Runtime {
             return u64::MAX;
         };
         if c.recs <= 1 {
-            return fast_key(cid, 0);
+            return fast_key(cid, 0, t.th);
         }
         let level = t
             .fn_active
@@ -756,7 +983,7 @@ impl Runtime {
         if level == 0 {
             u64::MAX
         } else {
-            fast_key(cid, level - 1)
+            fast_key(cid, level - 1, t.th)
         }
     }
 
@@ -795,13 +1022,27 @@ impl Runtime {
             let mut n = lbb.n_insns;
             let skipped = t.nonskipped.is_some();
             let count_here = t.collect && !skipped;
-            for (k, &(_, ctr)) in lbb.rep.iter().enumerate() {
-                // SAFETY: `ctr` is a slot of the block's process-lifetime cost array; guest
-                // threads run one at a time.
-                let extra = unsafe { core::mem::take(&mut *ctr) };
+            for (k, &(i, ctr)) in lbb.rep.iter().enumerate() {
+                // SAFETY: `ctr` and the word after it are the `rep`'s counter pair in the
+                // block's process-lifetime cost array; guest threads run one at a time.
+                let (extra, iters) = unsafe {
+                    (
+                        core::mem::take(&mut *ctr),
+                        core::mem::take(&mut *ctr.wrapping_add(1)),
+                    )
+                };
                 n += extra;
                 if count_here {
                     self.bbccs[lb as usize].rep_extra[k] += extra;
+                }
+                // Callgrind's blocks end at a `rep`, which then runs alone `extra` more
+                // times; the rest of the block is one more block.
+                let split = u64::from(i + 1 < lbb.insn_addrs.len());
+                self.bb_executions = self.bb_executions.wrapping_add(extra + split);
+                if self.collect_jumps {
+                    let cond = lbb.rep_cond.get(k).copied().unwrap_or(false);
+                    let iters = cond.then_some(iters);
+                    self.rep_jumps(lb, lbb, k, extra, iters, count_here);
                 }
             }
             if t.collect {
@@ -864,7 +1105,6 @@ impl Runtime {
                 }
             }
         }
-        let _ = is_jump;
         let skip = jk == Exit::Call && bb.flags.skip;
         let mut delayed_push = false;
         if jk == Exit::Return {
@@ -914,7 +1154,7 @@ impl Runtime {
             }
             idx = level - 1;
         }
-        let bbcc = self.get_bbcc(bb, cxt, idx);
+        let bbcc = self.get_bbcc(bb, cxt, idx, t.th);
         if delayed_push {
             if !skip && t.nonskipped.is_some() {
                 from = t.nonskipped;
@@ -923,12 +1163,234 @@ impl Runtime {
                 self.push_call(t, f, bbcc, sp, skip, saved);
             }
         }
+        // A transfer that stayed a jump (no call emulation, no frame unwound) is an arc,
+        // whether costs are collected or not (as Callgrind counts it).
+        if self.collect_jumps && is_jump && jk == Exit::Other {
+            if let Some(lb) = last {
+                let cond = match self.bb_of(lb).jump {
+                    JumpExit::None => None,
+                    JumpExit::Direct | JumpExit::Indirect => Some(false),
+                    JumpExit::Cond(target) => (target == bb.addr).then_some(true),
+                };
+                if let Some(cond) = cond {
+                    self.record_jump(lb, bbcc, cond);
+                }
+            }
+        }
         t.last_bbcc = Some(bbcc);
     }
 
-    /// Adds the cost since entry of every active call to its arc (before a dump).
-    pub fn flush_active(&mut self) {
+    fn next_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq
+    }
+
+    fn record_jump(&mut self, from: u32, to: u32, cond: bool) {
+        let id = match self.jump_map.get(&(from, to)) {
+            Some(&j) => j,
+            None => {
+                let seq = self.next_seq();
+                let j = self.jumps.len() as u32;
+                self.jumps.push(JumpRec {
+                    from,
+                    to,
+                    cond,
+                    followed: 0,
+                    seq,
+                });
+                self.jump_map.insert((from, to), j);
+                j
+            }
+        };
+        self.jumps[id as usize].followed += 1;
+        self.bbccs[from as usize].last_jump = (u64::from(to) << 32) | u64::from(id);
+    }
+
+    /// The jumps of one execution of `rep` number `k` of cost centre `lb`'s block:
+    /// `entries` iterations went on to another one; `iters` is the number done, for
+    /// `repe`/`repne` (`None`: plain `rep`, where both are equal).
+    ///
+    /// Callgrind's block ending at the `rep` jumps back to the `rep` once if it iterates
+    /// again at all (`jcnd`, executed each time the block is left there, for `repe`/`repne`
+    /// unless `rcx` was 0); the `rep`'s own block then runs `entries` times and jumps back
+    /// `entries - 1` times (executed: `entries`, or `iters - 1` for `repe`/`repne`). When
+    /// the `rep` starts the block, both are the `rep`'s own block.
+    fn rep_jumps(
+        &mut self,
+        lb: u32,
+        lbb: &BlockInfo,
+        k: usize,
+        entries: u64,
+        iters: Option<u64>,
+        count_here: bool,
+    ) {
+        let Some(&(i, _)) = lbb.rep.get(k) else {
+            return;
+        };
+        let Some(&addr) = lbb.insn_addrs.get(i) else {
+            return;
+        };
+        let (cxt, rec, th) = {
+            let b = &self.bbccs[lb as usize];
+            (b.cxt, b.rec, b.th)
+        };
+        let s_executed = iters.map_or(1, |m| u64::from(m > 0));
+        let own = RepKey::Own { addr, cxt, rec, th };
+        let (part, block) = if i == 0 {
+            (own, addr)
+        } else {
+            let start = match k.checked_sub(1).and_then(|p| lbb.rep.get(p)) {
+                Some(&(pi, _)) => lbb.insn_addrs.get(pi + 1).copied().unwrap_or(addr),
+                None => lbb.addr,
+            };
+            (
+                RepKey::Part {
+                    bbcc: lb,
+                    k: k as u32,
+                },
+                start,
+            )
+        };
+        let site = (cxt, rec, th, addr);
+        self.rep_add(
+            part,
+            site,
+            block,
+            u64::from(entries > 0),
+            s_executed,
+            1,
+            count_here,
+        );
+        if entries > 0 {
+            let r_executed = iters.map_or(entries, |m| m.saturating_sub(1));
+            self.rep_add(
+                own,
+                site,
+                addr,
+                entries - 1,
+                r_executed,
+                entries,
+                count_here,
+            );
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rep_add(
+        &mut self,
+        key: RepKey,
+        (cxt, rec, th, addr): (u32, u32, u32, u64),
+        block: u64,
+        followed: u64,
+        executed: u64,
+        execs: u64,
+        count_here: bool,
+    ) {
+        let id = match self.rep_map.get(&key) {
+            Some(&r) => r,
+            None => {
+                let seq = self.next_seq();
+                let r = self.reps.len() as u32;
+                self.reps.push(RepRec {
+                    cxt,
+                    rec,
+                    th,
+                    addr,
+                    block,
+                    followed: 0,
+                    executed: 0,
+                    execs: 0,
+                    seq,
+                });
+                self.rep_map.insert(key, r);
+                r
+            }
+        };
+        let r = &mut self.reps[id as usize];
+        r.followed += followed;
+        if count_here {
+            r.executed += executed;
+            r.execs += execs;
+        }
+    }
+
+    /// The jump arcs to write for partition `th` (`None`: all): those of cost centres that
+    /// ran since the last dump; their counts restart. Others keep counting, as Callgrind
+    /// writes and clears only the arcs of the blocks it writes.
+    pub fn take_jumps(&mut self, th: Option<u32>) -> Vec<JumpOut> {
+        let mut out = Vec::new();
+        for j in &mut self.jumps {
+            let f = &self.bbccs[j.from as usize];
+            if th.is_some_and(|x| x != f.th) || f.count == 0 {
+                continue;
+            }
+            if j.followed > 0 {
+                // SAFETY: cost centres point at leaked BlockInfo values.
+                let (fb, tb) = unsafe { (&*f.bb, &*self.bbccs[j.to as usize].bb) };
+                // Callgrind's block that ends here starts after the block's last `rep`.
+                let block = match fb.rep.last() {
+                    Some(&(i, _)) => fb.insn_addrs.get(i + 1).copied().unwrap_or(fb.end),
+                    None => fb.addr,
+                };
+                out.push(JumpOut {
+                    cxt: f.cxt,
+                    rec: f.rec,
+                    from_addr: fb.last_insn,
+                    to_addr: tb.addr,
+                    executed: j.cond.then_some(f.count),
+                    followed: j.followed,
+                    block,
+                    seq: j.seq,
+                });
+            }
+            j.followed = 0;
+        }
+        for r in &mut self.reps {
+            if th.is_some_and(|x| x != r.th) || r.execs == 0 {
+                continue;
+            }
+            if r.followed > 0 {
+                out.push(JumpOut {
+                    cxt: r.cxt,
+                    rec: r.rec,
+                    from_addr: r.addr,
+                    to_addr: r.addr,
+                    executed: Some(r.executed),
+                    followed: r.followed,
+                    block: r.block,
+                    seq: r.seq,
+                });
+            }
+            r.followed = 0;
+            r.executed = 0;
+            r.execs = 0;
+        }
+        out
+    }
+
+    /// `CALLGRIND_ZERO_STATS`: jump counts of partition `th` (`None`: all) restart too.
+    pub fn zero_jumps(&mut self, th: Option<u32>) {
+        for j in &mut self.jumps {
+            if th.is_none_or(|x| x == self.bbccs[j.from as usize].th) {
+                j.followed = 0;
+            }
+        }
+        for r in &mut self.reps {
+            if th.is_none_or(|x| x == r.th) {
+                r.followed = 0;
+                r.executed = 0;
+                r.execs = 0;
+            }
+        }
+    }
+
+    /// Adds the cost since entry of every active call to its arc (before a dump), for the
+    /// thread slot at index `only` or all.
+    pub fn flush_active(&mut self, only: Option<usize>) {
         for ti in 0..self.threads.len() {
+            if only.is_some_and(|o| o != ti) {
+                continue;
+            }
             let cost = self.threads[ti].cost;
             let mut adds = Vec::new();
             for e in self.threads[ti].stack.iter_mut() {
@@ -943,18 +1405,33 @@ impl Runtime {
         }
     }
 
-    /// Zeroes every cost centre and arc (after a dump, or `CALLGRIND_ZERO_STATS`).
-    pub fn zero(&mut self) {
+    /// Zeroes the cost centres and call arcs (after a dump, or `CALLGRIND_ZERO_STATS`) of
+    /// the thread slot at index `only` (its partition and its running cost) or of all.
+    /// `after_dump`: an arc with no inclusive cost was not written and keeps its call count
+    /// (as Callgrind clears only the arcs it writes).
+    pub fn zero(&mut self, only: Option<usize>, after_dump: bool) {
+        let th = only.and_then(|i| self.threads.get(i)).map(|t| t.th);
         for b in &mut self.bbccs {
+            if th.is_some_and(|x| x != b.th) {
+                continue;
+            }
             b.count = 0;
             b.rep_extra.iter_mut().for_each(|x| *x = 0);
             b.skipped = 0;
         }
         for j in &mut self.jccs {
+            if th.is_some_and(|x| x != self.bbccs[j.from as usize].th)
+                || (after_dump && j.incl == 0)
+            {
+                continue;
+            }
             j.count = 0;
             j.incl = 0;
         }
-        for t in &mut self.threads {
+        for (ti, t) in self.threads.iter_mut().enumerate() {
+            if only.is_some_and(|o| o != ti) {
+                continue;
+            }
             let cost = t.cost;
             for e in t.stack.iter_mut() {
                 e.enter_cost = cost;
@@ -976,5 +1453,153 @@ impl Runtime {
             t.last_bbcc = None;
             self.refresh_fast(t);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A leaked block of `n` two-byte instructions at `addr` in function 0.
+    fn block(addr: u64, n: u64, jump: JumpExit, rep: Vec<(usize, *mut u64)>) -> &'static BlockInfo {
+        let rep_cond = vec![false; rep.len()];
+        Box::leak(Box::new(BlockInfo {
+            addr,
+            last_insn: addr + 2 * (n - 1),
+            end: addr + 2 * n,
+            n_insns: n,
+            exit: Exit::Other,
+            is_entry: false,
+            obj: 0,
+            sect: 0,
+            fn_id: 0,
+            flags: FnFlags {
+                separate_recs: 2,
+                ..FnFlags::default()
+            },
+            insn_addrs: (0..n).map(|i| addr + 2 * i).collect(),
+            plain_exit: rep.is_empty(),
+            rep,
+            last: Cell::new((u32::MAX, u32::MAX, u32::MAX)),
+            fast_key: Cell::new(u64::MAX),
+            fast_count: Cell::new(core::ptr::null_mut()),
+            jump,
+            rep_cond,
+        }))
+    }
+
+    fn runtime(jumps: bool) -> Runtime {
+        Runtime {
+            collect_jumps: jumps,
+            ..Runtime::default()
+        }
+    }
+
+    #[test]
+    fn fast_keys_separate_threads_and_refuse_what_does_not_fit() {
+        assert_ne!(fast_key(3, 1, 0), fast_key(3, 1, 1));
+        assert_ne!(fast_key(3, 1, 0), fast_key(3, 0, 0));
+        assert_eq!(fast_key(3, 1 << 20, 0), u64::MAX);
+        assert_eq!(fast_key(3, 0, 1 << 12), u64::MAX);
+    }
+
+    #[test]
+    fn new_threads_take_the_lowest_free_slot_and_its_state() {
+        let mut rt = runtime(false);
+        rt.separate_threads = true;
+        let main = rt.thread(0x10);
+        let a = rt.thread_start(0x20);
+        let b = rt.thread_start(0x30);
+        // SAFETY: boxed states owned by `rt`, read while nothing else uses them.
+        let tid = |p: *mut ThreadState| unsafe { ((*p).tid, (*p).th) };
+        assert_eq!([tid(main), tid(a), tid(b)], [(1, 0), (2, 1), (3, 2)]);
+        // SAFETY: as above.
+        unsafe { (*a).cost = 77 };
+        rt.thread_exit(0x20);
+        rt.thread_exit(0x30);
+        let c = rt.thread_start(0x40);
+        assert_eq!(c, a, "slot 2 is reused with its state");
+        // SAFETY: as above.
+        assert_eq!(unsafe { (*c).cost }, 77);
+        assert_eq!(rt.thread(0x40), c);
+        assert_eq!(
+            rt.thread(0x30),
+            b,
+            "an unknown key takes the next free slot"
+        );
+    }
+
+    #[test]
+    fn taken_conditional_branches_become_jcnd_arcs() {
+        let mut rt = runtime(true);
+        let t = rt.thread(1);
+        // SAFETY: the boxed state lives in `rt.threads`; only `t` is used to reach it.
+        let t = unsafe { &mut *t };
+        let a = block(0x1000, 3, JumpExit::Cond(0x1000), Vec::new());
+        let b = block(0x1006, 2, JumpExit::None, Vec::new());
+        for bb in [a, a, a, a, b, b] {
+            rt.setup(t, bb, 0x8000);
+        }
+        let j = rt.take_jumps(None);
+        assert_eq!(j.len(), 1);
+        // Taken 3 times out of 4 executions; the fall-through to b is no arc.
+        assert_eq!((j[0].from_addr, j[0].to_addr), (0x1004, 0x1000));
+        assert_eq!((j[0].followed, j[0].executed), (3, Some(4)));
+        // Written arcs restart.
+        assert!(rt.take_jumps(None).is_empty());
+    }
+
+    #[test]
+    fn rep_iterations_become_jumps_of_callgrinds_rep_blocks() {
+        let mut rt = runtime(true);
+        let t = rt.thread(1);
+        // SAFETY: as above.
+        let t = unsafe { &mut *t };
+        let ctr = Box::leak(Box::new([0u64; 2])).as_mut_ptr();
+        // `rep movsb` as the second of three instructions.
+        let r = block(0x2000, 3, JumpExit::None, vec![(1, ctr)]);
+        let after = block(0x2006, 1, JumpExit::None, Vec::new());
+        rt.setup(t, r, 0x8000);
+        // SAFETY: the counter pair leaked above; nothing else uses it.
+        unsafe { *ctr = 5 };
+        let before = rt.bb_executions;
+        rt.setup(t, after, 0x8000);
+        // Callgrind ran [i0, rep], then [rep] 5 times, then [i2], then `after`.
+        assert_eq!(rt.bb_executions - before, 1 + 5 + 1);
+        let mut j = rt.take_jumps(None);
+        j.sort_by_key(|x| x.block);
+        let got: Vec<_> = j
+            .iter()
+            .map(|x| (x.block, x.from_addr, x.to_addr, x.followed, x.executed))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (0x2000, 0x2002, 0x2002, 1, Some(1)),
+                (0x2002, 0x2002, 0x2002, 4, Some(5)),
+            ]
+        );
+    }
+
+    #[test]
+    fn periodic_dump_is_due_after_more_than_n_blocks() {
+        let mut rt = runtime(false);
+        rt.set_dump_every(3);
+        let t = rt.thread(1);
+        // SAFETY: as above.
+        let t = unsafe { &mut *t };
+        let a = block(0x1000, 1, JumpExit::None, Vec::new());
+        for _ in 0..3 {
+            rt.setup(t, a, 0x8000);
+            assert!(!rt.dump_due());
+        }
+        rt.setup(t, a, 0x8000);
+        assert!(rt.dump_due());
+        assert!(
+            !rt.setup_fast::<false>(t, a, 0x8000),
+            "the fast path declines"
+        );
+        rt.every_dumped();
+        assert!(!rt.dump_due());
     }
 }
