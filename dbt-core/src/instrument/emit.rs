@@ -52,13 +52,16 @@ enum SlowKind {
         arg1: Option<u64>,
         arg2: u64,
     },
-    /// The rest of the L1 lookup of a data access within one line whose MRU check failed:
-    /// on entry rax = line, rcx = byte offset of its set row, rdx = tag array; guest rax, rcx,
-    /// rdx saved, the flags free (saved if live), the address in `gs:[helper_args + 8]`.
+    /// The rest of the L1 lookup of a data access whose MRU check failed: on entry rax = the
+    /// line of its last byte, rcx = byte offset of the set row of its first byte, rdx = tag
+    /// array; guest rax, rcx, rdx saved, the flags free (saved if live), the address in
+    /// `gs:[helper_args + 8]`. An access spanning two lines goes on to `straddle`.
     DataScan {
         cache: MruCache,
         after_miss: Helper,
         size: u64,
+        /// Where an access spanning two lines goes (the full call).
+        straddle: DynamicLabel,
     },
     /// The same for an instruction fetch (constant address): on entry only rax and rcx are
     /// saved and the flags are live.
@@ -314,9 +317,17 @@ impl Plan {
                     cache,
                     after_miss,
                     size,
+                    straddle,
                 } => {
-                    dynasm!(a ; .arch x64 ; add rcx, rdx);
                     let bits = cache.line_bits as i8;
+                    dynasm!(a
+                        ; .arch x64
+                        ; add rcx, rdx
+                        ; gs mov rdx, QWORD [ARG1]
+                        ; shr rdx, bits
+                        ; cmp rax, rdx
+                        ; jne =>straddle
+                    );
                     let install = |a: &mut Asm| {
                         dynasm!(a
                             ; .arch x64
@@ -336,29 +347,60 @@ impl Plan {
                     addr,
                     len,
                 } => {
-                    let line = addr >> cache.line_bits;
-                    let row = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
+                    let first = addr >> cache.line_bits;
+                    let last = (addr + len - 1) >> cache.line_bits;
+                    let straddle = last != first;
                     // Flags are live here: keep them (and rdx) for the way back.
                     a.extend([0x9f, 0x0f, 0x90, 0xc0]); // lahf; seto al
                     dynasm!(a
                         ; .arch x64
                         ; gs mov QWORD [FLAGS], rax
                         ; gs mov QWORD [IS2], rdx
-                        ; mov rcx, QWORD row as i64
-                        ; mov rax, QWORD line as i64
                     );
-                    let install = |a: &mut Asm| {
+                    let (call_ll, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
+                    if straddle {
+                        // Both lines in address order, one access: an L1 miss if either
+                        // missed (`gs:[IS3]`), then LL for the whole access.
+                        dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], 0);
+                    }
+                    for line in [first, last].into_iter().take(1 + usize::from(straddle)) {
+                        let row = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
                         dynasm!(a
                             ; .arch x64
+                            ; mov rcx, QWORD row as i64
                             ; mov rax, QWORD line as i64
-                            ; mov QWORD [rcx], rax
                         );
-                    };
-                    let (miss, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
-                    l1_scan(a, cache, restore, miss, &install);
+                        let install = |a: &mut Asm| {
+                            dynasm!(a
+                                ; .arch x64
+                                ; mov rax, QWORD line as i64
+                                ; mov QWORD [rcx], rax
+                            );
+                        };
+                        if straddle {
+                            let (next, missed) = (a.new_dynamic_label(), a.new_dynamic_label());
+                            dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx] ; je =>next);
+                            l1_scan(a, cache, next, missed, &install);
+                            dynasm!(a
+                                ; .arch x64
+                                ; =>missed
+                                ; gs mov QWORD [IS3], 1
+                                ; =>next
+                            );
+                        } else {
+                            l1_scan(a, cache, restore, call_ll, &install);
+                        }
+                    }
+                    if straddle {
+                        dynasm!(a
+                            ; .arch x64
+                            ; gs mov rcx, QWORD [IS3]
+                            ; jrcxz =>restore
+                        );
+                    }
                     dynasm!(a
                         ; .arch x64
-                        ; =>miss
+                        ; =>call_ll
                         ; mov rax, QWORD addr as i64
                         ; gs mov QWORD [ARG1], rax
                     );
@@ -391,12 +433,18 @@ impl Plan {
         };
         dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
         if (addr + len - 1) >> cache.line_bits != line {
+            // Two lines: never a plain MRU hit; the inline lookup checks both.
             dynasm!(a ; .arch x64 ; jmp =>entry);
-            self.slow.push(Slow {
-                entry,
-                back,
-                kind: call,
-            });
+            let kind = match after_miss {
+                Some(after_miss) => SlowKind::FetchScan {
+                    cache,
+                    after_miss,
+                    addr,
+                    len,
+                },
+                None => call,
+            };
+            self.slow.push(Slow { entry, back, kind });
         } else {
             let tag = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
             let neg = line.wrapping_neg();
@@ -458,6 +506,7 @@ impl Plan {
                         cache,
                         after_miss,
                         size,
+                        straddle: entry,
                     },
                 });
                 scan
@@ -480,22 +529,44 @@ impl Plan {
         let row = (cache.assoc * 8) as i32;
         let tags = cache.tags as i64;
         let last = (size - 1) as i32;
-        dynasm!(a
-            ; .arch x64
-            ; lea rax, [rdx + last]
-            ; xor rax, rdx
-            ; shr rax, bits
-            ; jnz =>entry
-            ; mov rax, rdx
-            ; shr rax, bits
-            ; mov rcx, rax
-            ; and rcx, sm
-            ; imul rcx, rcx, row
-            ; mov rdx, QWORD tags
-            ; cmp rax, QWORD [rdx + rcx]
-            ; jne =>scan
-            ; =>back
-        );
+        if cache.set_mask != 0 {
+            // The line of the last byte against the MRU tag of the first byte's set: equal
+            // only if the access lies in one line (a tag in set s is s modulo the set count,
+            // and the next line belongs to the next set), so no separate straddle test.
+            if last == 0 {
+                dynasm!(a ; .arch x64 ; mov rax, rdx);
+            } else {
+                dynasm!(a ; .arch x64 ; lea rax, [rdx + last]);
+            }
+            dynasm!(a
+                ; .arch x64
+                ; shr rax, bits
+                ; shr rdx, bits
+                ; mov rcx, rdx
+                ; and rcx, sm
+                ; imul rcx, rcx, row
+                ; mov rdx, QWORD tags
+                ; cmp rax, QWORD [rdx + rcx]
+                ; jne =>scan
+            );
+        } else {
+            dynasm!(a
+                ; .arch x64
+                ; lea rax, [rdx + last]
+                ; xor rax, rdx
+                ; shr rax, bits
+                ; jnz =>entry
+                ; mov rax, rdx
+                ; shr rax, bits
+                ; mov rcx, rax
+                ; and rcx, sm
+                ; imul rcx, rcx, row
+                ; mov rdx, QWORD tags
+                ; cmp rax, QWORD [rdx + rcx]
+                ; jne =>scan
+            );
+        }
+        dynasm!(a ; .arch x64 ; =>back);
         if live {
             restore_flags(a);
         }

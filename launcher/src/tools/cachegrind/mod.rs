@@ -94,7 +94,12 @@ extern "C" fn cg_ll(slot: u64, addr: u64, size: u64) -> u64 {
         return 0;
     }
     // SAFETY: as in `cg_fetch`.
-    unsafe { count_outcome(slot, cachesim::raw::cachesim_ll_after_l1_miss(h, addr, size)) };
+    unsafe {
+        count_outcome(
+            slot,
+            cachesim::raw::cachesim_ll_after_l1_miss(h, addr, size),
+        )
+    };
     0
 }
 
