@@ -183,20 +183,22 @@ proptest! {
                 Outcome::LlMiss
             };
             let single = addr / line_size == (addr + size - 1) / line_size;
-            // SAFETY (all calls below): `hp` is the live hierarchy from Box::into_raw, the
-            // flat pointers were derived from it by offset, nothing else accesses it, and
-            // `l1_lookup_raw` is only called for a single-line access.
-            let got = if !single {
-                if is_fetch {
-                    Outcome::from_code(unsafe { cachesim_fetch(hp, addr, size) }).expect("code")
-                } else {
-                    Outcome::from_code(unsafe { cachesim_data(hp, addr, size) }).expect("code")
-                }
-            } else if unsafe { mru_hit_raw(flat, addr, size) }
-                || unsafe { l1_lookup_raw(flat, addr) }
-            {
+            // `hp` is the live hierarchy from Box::into_raw, the flat pointers were derived
+            // from it by offset and nothing else accesses it (the safety condition of every
+            // raw call below); `l1_lookup_raw` is only called for a single-line access.
+            // SAFETY: see above; `l1_lookup_raw` only runs for a single-line access.
+            let l1_hit =
+                single && unsafe { mru_hit_raw(flat, addr, size) || l1_lookup_raw(flat, addr) };
+            let got = if !single && is_fetch {
+                // SAFETY: see above.
+                Outcome::from_code(unsafe { cachesim_fetch(hp, addr, size) }).expect("code")
+            } else if !single {
+                // SAFETY: see above.
+                Outcome::from_code(unsafe { cachesim_data(hp, addr, size) }).expect("code")
+            } else if l1_hit {
                 Outcome::Hit
             } else {
+                // SAFETY: see above.
                 Outcome::from_code(unsafe { cachesim_ll_after_l1_miss(hp, addr, size) })
                     .expect("code")
             };

@@ -121,7 +121,7 @@ impl Plan {
 
     /// Upper bound on the bytes this plan adds to the translation.
     pub(crate) fn code_bound(&self) -> u64 {
-        480 * self.ops.len() as u64 + 64
+        640 * self.ops.len() as u64 + 64
     }
 
     fn is_empty(&self) -> bool {
