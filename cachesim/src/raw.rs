@@ -14,16 +14,18 @@
 //!   never invalidated by Rust-side accesses.
 //!
 //! # Entry points (called from generated code)
-//! [`cachesim_fetch`], [`cachesim_data`], [`cachesim_cond_branch`] and
-//! [`cachesim_ind_branch`] take a raw pointer to their model plus plain integers and return a
-//! small integer. They allocate nothing, take no lock, touch no thread-local storage and
-//! contain no panicking operation (no indexing that can fail, no arithmetic that can
-//! overflow-check, no `unwrap`): the code they reach is `Cache::access`,
-//! `Hierarchy::{fetch,data}` and `BranchPredictor::{cond,indirect}`, written with iterators,
-//! masks and wrapping arithmetic only.
+//! [`cachesim_fetch`], [`cachesim_data`], [`cachesim_ll_after_l1_miss`],
+//! [`cachesim_cond_branch`] and [`cachesim_ind_branch`] take a raw pointer to their model
+//! plus plain integers and return a small integer. They allocate nothing, take no lock, touch
+//! no thread-local storage and contain no panicking operation (no indexing that can fail, no
+//! arithmetic that can overflow-check, no `unwrap`): the code they reach is `Cache::access`,
+//! `Hierarchy::{fetch,data,ll_after_l1_miss}` and `BranchPredictor::{cond,indirect}`,
+//! written with iterators, masks and wrapping arithmetic only. [`l1_lookup_raw`] is the
+//! reference for the L1 lookup generated code may do itself (tested against the model).
 //!
 //! # Not done here
-//! No simulation logic: that lives in safe code (`cache.rs`, `hierarchy.rs`, `branch.rs`).
+//! No simulation logic beyond `l1_lookup_raw` (the generated code's algorithm spelled out over
+//! the raw layout): it lives in safe code (`cache.rs`, `hierarchy.rs`, `branch.rs`).
 #![allow(unsafe_code)]
 
 use core::mem::offset_of;

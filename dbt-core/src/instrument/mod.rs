@@ -4,8 +4,8 @@
 //! A tool's `instrument` hook gets a read-only view of the decoded block and records requests
 //! (bump a counter once per block execution, count the extra entries of a `rep` string
 //! instruction, check an instruction fetch or a data access against the most-recently-used way
-//! of a cache and call an out-of-line routine when that check fails, call a routine with
-//! arguments). The translator asks this module to emit them at the right places.
+//! of a cache and call an out-of-line routine when that check fails — or do the whole L1
+//! lookup inline and call out only on an L1 miss —, call a routine with arguments). The translator asks this module to emit them at the right places.
 //!
 //! # Invariants
 //! * Emitted instrumentation keeps the guest state intact at every guest instruction
