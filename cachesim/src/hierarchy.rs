@@ -185,6 +185,21 @@ impl Hierarchy {
         Self::through(&mut self.d1, &mut self.ll, addr, size)
     }
 
+    /// The LL part of an access whose L1 lookup (of a single-line access) has already been
+    /// done and missed, with the L1 tags already updated — by inline code that does the L1
+    /// LRU update itself ([`crate::raw::l1_lookup_raw`] is the reference). Returns
+    /// [`Outcome::L1Miss`] or [`Outcome::LlMiss`]; `data`/`fetch` of the same access would have
+    /// returned the same. Panic- and allocation-free.
+    #[inline]
+    pub fn ll_after_l1_miss(&mut self, addr: u64, size: u64) -> Outcome {
+        let size = self.clamp_size(size);
+        if !self.ll.access(addr, size) {
+            Outcome::L1Miss
+        } else {
+            Outcome::LlMiss
+        }
+    }
+
     #[inline]
     fn through(l1: &mut Cache, ll: &mut Cache, addr: u64, size: u64) -> Outcome {
         if !l1.access(addr, size) {

@@ -60,7 +60,13 @@
 //! This is exact, not an approximation: a hit in the MRU way changes no state in Cachegrind,
 //! and LL is not consulted on an L1 hit. The slow path redoes the whole reference.
 //!
-//! The `extern "C"` slow paths — [`raw::cachesim_fetch`], [`raw::cachesim_data`] (take
+//! Generated code may also do the rest of the L1 lookup of a single-line access itself (scan
+//! ways `1..assoc`, move the ways in front of the hit down by one and the line to way 0, or on
+//! a miss move every way down and install the line: [`raw::l1_lookup_raw`] is that algorithm
+//! written in Rust) and call [`raw::cachesim_ll_after_l1_miss`] (LL only) on an L1 miss.
+//!
+//! The `extern "C"` slow paths — [`raw::cachesim_fetch`], [`raw::cachesim_data`],
+//! [`raw::cachesim_ll_after_l1_miss`] (take
 //! `*mut Hierarchy, addr: u64, size: u64`, return an `OUTCOME_*` code: 0 hit, 1 L1 miss,
 //! 2 LL miss) and [`raw::cachesim_cond_branch`], [`raw::cachesim_ind_branch`] (take
 //! `*mut BranchPredictor, instr_addr: u64, u64`, return 1 on a mispredict) — allocate nothing,

@@ -14,16 +14,18 @@
 //!   never invalidated by Rust-side accesses.
 //!
 //! # Entry points (called from generated code)
-//! [`cachesim_fetch`], [`cachesim_data`], [`cachesim_cond_branch`] and
-//! [`cachesim_ind_branch`] take a raw pointer to their model plus plain integers and return a
-//! small integer. They allocate nothing, take no lock, touch no thread-local storage and
-//! contain no panicking operation (no indexing that can fail, no arithmetic that can
-//! overflow-check, no `unwrap`): the code they reach is `Cache::access`,
-//! `Hierarchy::{fetch,data}` and `BranchPredictor::{cond,indirect}`, written with iterators,
-//! masks and wrapping arithmetic only.
+//! [`cachesim_fetch`], [`cachesim_data`], [`cachesim_ll_after_l1_miss`],
+//! [`cachesim_cond_branch`] and [`cachesim_ind_branch`] take a raw pointer to their model
+//! plus plain integers and return a small integer. They allocate nothing, take no lock, touch
+//! no thread-local storage and contain no panicking operation (no indexing that can fail, no
+//! arithmetic that can overflow-check, no `unwrap`): the code they reach is `Cache::access`,
+//! `Hierarchy::{fetch,data,ll_after_l1_miss}` and `BranchPredictor::{cond,indirect}`,
+//! written with iterators, masks and wrapping arithmetic only. [`l1_lookup_raw`] is the
+//! reference for the L1 lookup generated code may do itself (tested against the model).
 //!
 //! # Not done here
-//! No simulation logic: that lives in safe code (`cache.rs`, `hierarchy.rs`, `branch.rs`).
+//! No simulation logic beyond `l1_lookup_raw` (the generated code's algorithm spelled out over
+//! the raw layout): it lives in safe code (`cache.rs`, `hierarchy.rs`, `branch.rs`).
 #![allow(unsafe_code)]
 
 use core::mem::offset_of;
@@ -212,6 +214,62 @@ pub unsafe extern "C" fn cachesim_data(hierarchy: *mut Hierarchy, addr: u64, siz
     // SAFETY: the caller guarantees a valid, exclusively accessible Hierarchy.
     let h = unsafe { &mut *hierarchy };
     h.data(addr, size) as u32
+}
+
+/// The LL part of a data access or instruction fetch whose L1 lookup inline code has already
+/// done and recorded as a miss (see [`l1_lookup_raw`]): LL only. Returns [`OUTCOME_L1_MISS`]
+/// (LL hit) or [`OUTCOME_LL_MISS`].
+///
+/// # Safety
+/// As for [`cachesim_fetch`].
+pub unsafe extern "C" fn cachesim_ll_after_l1_miss(
+    hierarchy: *mut Hierarchy,
+    addr: u64,
+    size: u64,
+) -> u32 {
+    // SAFETY: the caller guarantees a valid, exclusively accessible Hierarchy.
+    let h = unsafe { &mut *hierarchy };
+    h.ll_after_l1_miss(addr, size) as u32
+}
+
+/// The L1 part of a single-line access done through the raw flat layout, step by step as the
+/// translator's generated code does it after a failed MRU check: scan ways `1..assoc` of the
+/// set for the line; on a hit at way `k`, move ways `0..k` down by one and put the line in way
+/// 0 (`true`); on a miss, move every way down by one (dropping the LRU one) and put the line
+/// in way 0 (`false`; the caller then does the LL part, [`cachesim_ll_after_l1_miss`]). Same
+/// result and same tags as [`crate::Cache::access`] for an access within one line.
+///
+/// # Safety
+/// `flat` must point to a live [`FlatCache`] that nothing else accesses during the call; the
+/// access at `addr` must lie within one line (the caller checked it).
+pub unsafe fn l1_lookup_raw(flat: *const FlatCache, addr: u64) -> bool {
+    // SAFETY: the caller guarantees `flat` is valid for reads.
+    let f = unsafe { &*flat };
+    let line = addr >> f.line_bits;
+    // `row + way < len` for every `way < assoc` (module invariant).
+    let row = f
+        .tags
+        .as_ptr()
+        .wrapping_add(((line & f.set_mask) * f.assoc) as usize);
+    // SAFETY: in bounds (see `row`); the allocation is live and ours for the call.
+    let get = |way: u64| unsafe { *row.add(way as usize) };
+    // SAFETY: as for `get`.
+    let set = |way: u64, tag: u64| unsafe { *row.add(way as usize) = tag };
+    if get(0) == line {
+        return true;
+    }
+    let mut k = 1;
+    while k < f.assoc && get(k) != line {
+        k += 1;
+    }
+    let hit = k < f.assoc;
+    let mut j = if hit { k } else { f.assoc - 1 };
+    while j > 0 {
+        set(j, get(j - 1));
+        j -= 1;
+    }
+    set(0, line);
+    hit
 }
 
 /// Conditional branch at `instr_addr`, taken iff `taken != 0`. Returns 1 on a mispredict.

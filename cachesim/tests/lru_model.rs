@@ -2,7 +2,9 @@
 //! resident lines per set, most recent first, written from the textbook definition of LRU and
 //! of Cachegrind's straddle and L1-to-LL rules, not from the implementation).
 
-use cachesim::raw::{cachesim_data, cachesim_fetch, mru_hit_raw};
+use cachesim::raw::{
+    cachesim_data, cachesim_fetch, cachesim_ll_after_l1_miss, l1_lookup_raw, mru_hit_raw,
+};
 use cachesim::{Cache, CacheGeometry, CacheLevel, Hierarchy, Outcome};
 use proptest::prelude::*;
 
@@ -136,6 +138,69 @@ proptest! {
             } else {
                 // SAFETY: as above.
                 Outcome::from_code(unsafe { cachesim_data(hp, addr, size) }).expect("code")
+            };
+            prop_assert_eq!(got, want);
+        }
+        // SAFETY: `hp` came from Box::into_raw and is not used after this.
+        let h = unsafe { Box::from_raw(hp) };
+        for (cache, model) in [(h.i1(), &mi), (h.d1(), &md), (h.ll(), &ml)] {
+            let rows: Vec<Vec<u64>> = cache
+                .tags()
+                .chunks(cache.geometry().assoc as usize)
+                .map(|r| r.to_vec())
+                .collect();
+            prop_assert_eq!(&rows, &model.sets);
+        }
+    }
+    #[test]
+    fn inline_l1_lookup_then_ll_matches_model(
+        i1 in geometry(),
+        d1 in geometry(),
+        ll in geometry(),
+        trace in prop::collection::vec((any::<bool>(), 0u64..16384, 0u64..80), 1..400),
+    ) {
+        let h = Hierarchy::new(i1, d1, ll).expect("valid geometry");
+        let min_line = u64::from(i1.line_size.min(d1.line_size).min(ll.line_size));
+        let (mut mi, mut md, mut ml) = (Model::new(i1), Model::new(d1), Model::new(ll));
+        // The protocol of the translator's generated code with the L1 lookup done inline:
+        // straddles go to the full slow path; a single-line access checks the MRU way, then
+        // scans and updates the L1 set itself, and calls the LL-only path on an L1 miss.
+        let hp = Box::into_raw(h);
+        let flat_i = Hierarchy::flat_ptr_of(hp, CacheLevel::I1);
+        let flat_d = Hierarchy::flat_ptr_of(hp, CacheLevel::D1);
+        for (is_fetch, addr, size) in trace {
+            let size = size.clamp(1, min_line);
+            let (l1, flat, line_size) = if is_fetch {
+                (&mut mi, flat_i, u64::from(i1.line_size))
+            } else {
+                (&mut md, flat_d, u64::from(d1.line_size))
+            };
+            let want = if !l1.access(addr, size) {
+                Outcome::Hit
+            } else if !ml.access(addr, size) {
+                Outcome::L1Miss
+            } else {
+                Outcome::LlMiss
+            };
+            let single = addr / line_size == (addr + size - 1) / line_size;
+            // `hp` is the live hierarchy from Box::into_raw, the flat pointers were derived
+            // from it by offset and nothing else accesses it (the safety condition of every
+            // raw call below); `l1_lookup_raw` is only called for a single-line access.
+            // SAFETY: see above; `l1_lookup_raw` only runs for a single-line access.
+            let l1_hit =
+                single && unsafe { mru_hit_raw(flat, addr, size) || l1_lookup_raw(flat, addr) };
+            let got = if !single && is_fetch {
+                // SAFETY: see above.
+                Outcome::from_code(unsafe { cachesim_fetch(hp, addr, size) }).expect("code")
+            } else if !single {
+                // SAFETY: see above.
+                Outcome::from_code(unsafe { cachesim_data(hp, addr, size) }).expect("code")
+            } else if l1_hit {
+                Outcome::Hit
+            } else {
+                // SAFETY: see above.
+                Outcome::from_code(unsafe { cachesim_ll_after_l1_miss(hp, addr, size) })
+                    .expect("code")
             };
             prop_assert_eq!(got, want);
         }

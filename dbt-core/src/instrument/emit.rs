@@ -10,6 +10,10 @@
 //! * Counter bumps use one `inc [rip+d]` where the flags are dead and the counter is within
 //!   rel32 reach, and a flag-free load/`lea`/store otherwise.
 //!
+//! * The inline L1 lookup (`fetch_check_l1`/`data_check_l1`) updates the tags exactly as
+//!   `cachesim`'s `Cache::access` does for a single-line access (`l1_scan`), so the state
+//!   stays Valgrind's whichever path an access takes.
+//!
 //! Deliberately not done: merging adjacent checks (each request is emitted on its own).
 use super::{BlockView, CallArg, DataRef, Helper, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
@@ -32,14 +36,41 @@ const HRET: i32 = OFF_HELPER_RET as i32;
 const TRAMP: i32 = OFF_HELPER_TRAMP as i32;
 const TRAMP_INT: i32 = OFF_HELPER_TRAMP_INT as i32;
 
-/// An out-of-line call reached from an inline check that failed.
+/// Out-of-line code reached from an inline check that failed.
 struct Slow {
     entry: DynamicLabel,
     back: DynamicLabel,
-    helper: Helper,
-    /// `Some(addr)`: argument 1 is this constant; `None`: already in `gs:[helper_args + 8]`.
-    arg1: Option<u64>,
-    arg2: u64,
+    kind: SlowKind,
+}
+
+enum SlowKind {
+    /// Call `helper` for the whole access.
+    Call {
+        helper: Helper,
+        /// `Some(addr)`: argument 1 is this constant; `None`: already in
+        /// `gs:[helper_args + 8]`.
+        arg1: Option<u64>,
+        arg2: u64,
+    },
+    /// The rest of the L1 lookup of a data access whose MRU check failed: on entry rax = the
+    /// line of its last byte, rcx = byte offset of the set row of its first byte, rdx = tag
+    /// array; guest rax, rcx, rdx saved, the flags free (saved if live), the address in
+    /// `gs:[helper_args + 8]`. An access spanning two lines goes on to `straddle`.
+    DataScan {
+        cache: MruCache,
+        after_miss: Helper,
+        size: u64,
+        /// Where an access spanning two lines goes (the full call).
+        straddle: DynamicLabel,
+    },
+    /// The same for an instruction fetch (constant address): on entry only rax and rcx are
+    /// saved and the flags are live.
+    FetchScan {
+        cache: MruCache,
+        after_miss: Helper,
+        addr: u64,
+        len: u64,
+    },
 }
 
 /// Static facts about the instructions the plan needs at emission time.
@@ -90,7 +121,7 @@ impl Plan {
 
     /// Upper bound on the bytes this plan adds to the translation.
     pub(crate) fn code_bound(&self) -> u64 {
-        300 * self.ops.len() as u64 + 64
+        640 * self.ops.len() as u64 + 64
     }
 
     fn is_empty(&self) -> bool {
@@ -130,14 +161,16 @@ impl Plan {
                     insn,
                     cache,
                     helper,
-                } if insn == i => self.fetch(a, i, cache, helper),
+                    after_miss,
+                } if insn == i => self.fetch(a, i, cache, helper, after_miss),
                 Op::Data {
                     insn,
                     dref,
                     cache,
                     helper,
+                    after_miss,
                 } if insn == i && !self.rep_loop(i) => {
-                    self.data(a, i, dref, cache, helper, self.live[i])?;
+                    self.data(a, i, dref, cache, (helper, after_miss), self.live[i])?;
                 }
                 Op::Call {
                     insn,
@@ -241,10 +274,11 @@ impl Plan {
                 dref,
                 cache,
                 helper,
+                after_miss,
             } = *op
             {
                 if insn == i {
-                    self.data(a, i, dref, cache, helper, true)?;
+                    self.data(a, i, dref, cache, (helper, after_miss), true)?;
                 }
             }
         }
@@ -270,32 +304,147 @@ impl Plan {
     /// Emits the out-of-line calls of failed checks.
     pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) {
         for s in std::mem::take(&mut self.slow) {
-            let entry = s.entry;
-            let back = s.back;
+            let (entry, back) = (s.entry, s.back);
             dynasm!(a ; .arch x64 ; =>entry);
-            if let Some(v) = s.arg1 {
-                dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64 ; gs mov QWORD [ARG1], rax);
+            match s.kind {
+                SlowKind::Call { helper, arg1, arg2 } => {
+                    if let Some(v) = arg1 {
+                        dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64 ; gs mov QWORD [ARG1], rax);
+                    }
+                    helper_call(a, helper, arg2, back);
+                }
+                SlowKind::DataScan {
+                    cache,
+                    after_miss,
+                    size,
+                    straddle,
+                } => {
+                    let bits = cache.line_bits as i8;
+                    dynasm!(a
+                        ; .arch x64
+                        ; add rcx, rdx
+                        ; gs mov rdx, QWORD [ARG1]
+                        ; shr rdx, bits
+                        ; cmp rax, rdx
+                        ; jne =>straddle
+                    );
+                    let install = |a: &mut Asm| {
+                        dynasm!(a
+                            ; .arch x64
+                            ; gs mov rax, QWORD [ARG1]
+                            ; shr rax, bits
+                            ; mov QWORD [rcx], rax
+                        );
+                    };
+                    let miss = a.new_dynamic_label();
+                    l1_scan(a, cache, back, miss, &install);
+                    dynasm!(a ; .arch x64 ; =>miss);
+                    helper_call(a, after_miss, size, back);
+                }
+                SlowKind::FetchScan {
+                    cache,
+                    after_miss,
+                    addr,
+                    len,
+                } => {
+                    let first = addr >> cache.line_bits;
+                    let last = (addr + len - 1) >> cache.line_bits;
+                    let straddle = last != first;
+                    // Flags are live here: keep them (and rdx) for the way back.
+                    a.extend([0x9f, 0x0f, 0x90, 0xc0]); // lahf; seto al
+                    dynasm!(a
+                        ; .arch x64
+                        ; gs mov QWORD [FLAGS], rax
+                        ; gs mov QWORD [IS2], rdx
+                    );
+                    let (call_ll, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
+                    if straddle {
+                        // Both lines in address order, one access: an L1 miss if either
+                        // missed (`gs:[IS3]`), then LL for the whole access.
+                        dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], 0);
+                    }
+                    for line in [first, last].into_iter().take(1 + usize::from(straddle)) {
+                        let row = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
+                        dynasm!(a
+                            ; .arch x64
+                            ; mov rcx, QWORD row as i64
+                            ; mov rax, QWORD line as i64
+                        );
+                        let install = |a: &mut Asm| {
+                            dynasm!(a
+                                ; .arch x64
+                                ; mov rax, QWORD line as i64
+                                ; mov QWORD [rcx], rax
+                            );
+                        };
+                        if straddle {
+                            let (next, missed) = (a.new_dynamic_label(), a.new_dynamic_label());
+                            dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx] ; je =>next);
+                            l1_scan(a, cache, next, missed, &install);
+                            dynasm!(a
+                                ; .arch x64
+                                ; =>missed
+                                ; gs mov QWORD [IS3], 1
+                                ; =>next
+                            );
+                        } else {
+                            l1_scan(a, cache, restore, call_ll, &install);
+                        }
+                    }
+                    if straddle {
+                        dynasm!(a
+                            ; .arch x64
+                            ; gs mov rcx, QWORD [IS3]
+                            ; jrcxz =>restore
+                        );
+                    }
+                    dynasm!(a
+                        ; .arch x64
+                        ; =>call_ll
+                        ; mov rax, QWORD addr as i64
+                        ; gs mov QWORD [ARG1], rax
+                    );
+                    helper_call(a, after_miss, len, restore);
+                    dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
+                    restore_flags(a);
+                    dynasm!(a ; .arch x64 ; jmp =>back);
+                }
             }
-            helper_call(a, s.helper, s.arg2, back);
         }
     }
 
-    fn fetch(&mut self, a: &mut Asm, i: usize, cache: MruCache, helper: Helper) {
+    fn fetch(
+        &mut self,
+        a: &mut Asm,
+        i: usize,
+        cache: MruCache,
+        helper: Helper,
+        after_miss: Option<Helper>,
+    ) {
         let f = &self.facts[i];
         let (addr, len) = (f.addr, u64::from(f.len.max(1)));
         let line = addr >> cache.line_bits;
         let entry = a.new_dynamic_label();
         let back = a.new_dynamic_label();
-        self.slow.push(Slow {
-            entry,
-            back,
+        let call = SlowKind::Call {
             helper,
             arg1: Some(addr),
             arg2: len,
-        });
+        };
         dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
         if (addr + len - 1) >> cache.line_bits != line {
+            // Two lines: never a plain MRU hit; the inline lookup checks both.
             dynasm!(a ; .arch x64 ; jmp =>entry);
+            let kind = match after_miss {
+                Some(after_miss) => SlowKind::FetchScan {
+                    cache,
+                    after_miss,
+                    addr,
+                    len,
+                },
+                None => call,
+            };
+            self.slow.push(Slow { entry, back, kind });
         } else {
             let tag = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
             let neg = line.wrapping_neg();
@@ -308,6 +457,16 @@ impl Plan {
                 ; jrcxz =>back
                 ; jmp =>entry
             );
+            let kind = match after_miss {
+                Some(after_miss) => SlowKind::FetchScan {
+                    cache,
+                    after_miss,
+                    addr,
+                    len,
+                },
+                None => call,
+            };
+            self.slow.push(Slow { entry, back, kind });
         }
         dynasm!(a ; .arch x64 ; =>back ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
     }
@@ -318,7 +477,7 @@ impl Plan {
         i: usize,
         dref: DataRef,
         cache: MruCache,
-        helper: Helper,
+        (helper, after_miss): (Helper, Option<Helper>),
         live: bool,
     ) -> Result<(), String> {
         let Some(acc) = self.facts[i].accesses.get(dref.access).copied() else {
@@ -330,10 +489,30 @@ impl Plan {
         self.slow.push(Slow {
             entry,
             back,
-            helper,
-            arg1: None,
-            arg2: size,
+            kind: SlowKind::Call {
+                helper,
+                arg1: None,
+                arg2: size,
+            },
         });
+        // A failed MRU check of a single-line access: the inline L1 lookup, if asked for.
+        let scan = match after_miss {
+            Some(after_miss) => {
+                let scan = a.new_dynamic_label();
+                self.slow.push(Slow {
+                    entry: scan,
+                    back,
+                    kind: SlowKind::DataScan {
+                        cache,
+                        after_miss,
+                        size,
+                        straddle: entry,
+                    },
+                });
+                scan
+            }
+            None => entry,
+        };
         dynasm!(a
             ; .arch x64
             ; gs mov QWORD [IS0], rax
@@ -350,22 +529,44 @@ impl Plan {
         let row = (cache.assoc * 8) as i32;
         let tags = cache.tags as i64;
         let last = (size - 1) as i32;
-        dynasm!(a
-            ; .arch x64
-            ; lea rax, [rdx + last]
-            ; xor rax, rdx
-            ; shr rax, bits
-            ; jnz =>entry
-            ; mov rax, rdx
-            ; shr rax, bits
-            ; mov rcx, rax
-            ; and rcx, sm
-            ; imul rcx, rcx, row
-            ; mov rdx, QWORD tags
-            ; cmp rax, QWORD [rdx + rcx]
-            ; jne =>entry
-            ; =>back
-        );
+        if cache.set_mask != 0 {
+            // The line of the last byte against the MRU tag of the first byte's set: equal
+            // only if the access lies in one line (a tag in set s is s modulo the set count,
+            // and the next line belongs to the next set), so no separate straddle test.
+            if last == 0 {
+                dynasm!(a ; .arch x64 ; mov rax, rdx);
+            } else {
+                dynasm!(a ; .arch x64 ; lea rax, [rdx + last]);
+            }
+            dynasm!(a
+                ; .arch x64
+                ; shr rax, bits
+                ; shr rdx, bits
+                ; mov rcx, rdx
+                ; and rcx, sm
+                ; imul rcx, rcx, row
+                ; mov rdx, QWORD tags
+                ; cmp rax, QWORD [rdx + rcx]
+                ; jne =>scan
+            );
+        } else {
+            dynasm!(a
+                ; .arch x64
+                ; lea rax, [rdx + last]
+                ; xor rax, rdx
+                ; shr rax, bits
+                ; jnz =>entry
+                ; mov rax, rdx
+                ; shr rax, bits
+                ; mov rcx, rax
+                ; and rcx, sm
+                ; imul rcx, rcx, row
+                ; mov rdx, QWORD tags
+                ; cmp rax, QWORD [rdx + rcx]
+                ; jne =>scan
+            );
+        }
+        dynasm!(a ; .arch x64 ; =>back);
         if live {
             restore_flags(a);
         }
@@ -430,6 +631,54 @@ impl Plan {
         );
         Ok(())
     }
+}
+
+/// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =
+/// line, rcx = address of its set row. A hit in way `k` moves ways `0..k` down by one, calls
+/// `install` (which must store the line in way 0 through rcx) and jumps to `hit`; a miss moves
+/// every way down (the LRU tag falls off), installs the line and jumps to `miss`. Clobbers rax
+/// and rdx; rcx stays the row address.
+fn l1_scan(
+    a: &mut Asm,
+    cache: MruCache,
+    hit: DynamicLabel,
+    miss: DynamicLabel,
+    install: &dyn Fn(&mut Asm),
+) {
+    if cache.assoc <= 1 {
+        install(a);
+        dynasm!(a ; .arch x64 ; jmp =>miss);
+        return;
+    }
+    let row = (cache.assoc * 8) as i32;
+    let (top, found) = (a.new_dynamic_label(), a.new_dynamic_label());
+    dynasm!(a
+        ; .arch x64
+        ; mov edx, 8
+        ; =>top
+        ; cmp rax, QWORD [rcx + rdx]
+        ; je =>found
+        ; add rdx, 8
+        ; cmp rdx, row
+        ; jne =>top
+        ; sub rdx, 8
+    );
+    let shift = |a: &mut Asm| {
+        // rdx = 8k with k >= 1: ways k-1..0 move to k..1.
+        dynasm!(a
+            ; .arch x64
+            ; shift:
+            ; mov rax, QWORD [rcx + rdx - 8]
+            ; mov QWORD [rcx + rdx], rax
+            ; sub rdx, 8
+            ; jnz <shift
+        );
+        install(a);
+    };
+    shift(a);
+    dynasm!(a ; .arch x64 ; jmp =>miss ; =>found);
+    shift(a);
+    dynasm!(a ; .arch x64 ; jmp =>hit);
 }
 
 /// `eax = 1` if the conditional branch `insn` will be taken, else 0; flags untouched.

@@ -4,8 +4,8 @@
 //! A tool's `instrument` hook gets a read-only view of the decoded block and records requests
 //! (bump a counter once per block execution, count the extra entries of a `rep` string
 //! instruction, check an instruction fetch or a data access against the most-recently-used way
-//! of a cache and call an out-of-line routine when that check fails, call a routine with
-//! arguments). The translator asks this module to emit them at the right places.
+//! of a cache and call an out-of-line routine when that check fails — or do the whole L1
+//! lookup inline and call out only on an L1 miss —, call a routine with arguments). The translator asks this module to emit them at the right places.
 //!
 //! # Invariants
 //! * Emitted instrumentation keeps the guest state intact at every guest instruction
@@ -168,12 +168,16 @@ pub(crate) enum Op {
         insn: usize,
         cache: MruCache,
         helper: Helper,
+        /// `Some`: the L1 lookup of a single-line fetch is done inline, this is the LL part.
+        after_miss: Option<Helper>,
     },
     Data {
         insn: usize,
         dref: DataRef,
         cache: MruCache,
         helper: Helper,
+        /// As for `Fetch`.
+        after_miss: Option<Helper>,
     },
     Call {
         insn: usize,
@@ -241,6 +245,28 @@ impl Instrumenter {
             insn,
             cache,
             helper,
+            after_miss: None,
+        });
+    }
+
+    /// Like `fetch_check`, but a fetch within one line that is no MRU hit does the whole L1
+    /// lookup inline, with Cachegrind's LRU update of the set (a hit in way `k` moves ways
+    /// `0..k` down and the line to way 0; a miss moves every way down and installs the line:
+    /// `cachesim::raw::l1_lookup_raw` is the reference), and calls
+    /// `after_miss(after_miss.arg0, addr, len)` only on an L1 miss, for the levels behind it.
+    /// A fetch spanning two lines calls `helper(arg0, addr, len)` for the whole access.
+    pub fn fetch_check_l1(
+        &mut self,
+        insn: usize,
+        cache: MruCache,
+        helper: Helper,
+        after_miss: Helper,
+    ) {
+        self.ops.push(Op::Fetch {
+            insn,
+            cache,
+            helper,
+            after_miss: Some(after_miss),
         });
     }
 
@@ -253,6 +279,28 @@ impl Instrumenter {
             dref,
             cache,
             helper,
+            after_miss: None,
+        });
+    }
+
+    /// Like `data_check`, with the L1 lookup of a single-line access done inline as in
+    /// `fetch_check_l1`: `after_miss(after_miss.arg0, addr, size)` runs only on an L1 miss
+    /// (the L1 tags already updated), `helper(arg0, addr, size)` for an access spanning two
+    /// lines.
+    pub fn data_check_l1(
+        &mut self,
+        insn: usize,
+        dref: DataRef,
+        cache: MruCache,
+        helper: Helper,
+        after_miss: Helper,
+    ) {
+        self.ops.push(Op::Data {
+            insn,
+            dref,
+            cache,
+            helper,
+            after_miss: Some(after_miss),
         });
     }
 

@@ -316,6 +316,8 @@ fn load_sections(
     file: &object::File,
     endian: gimli::RunTimeEndian,
 ) -> HashMap<gimli::SectionId, Reader> {
+    // Only what line tables and inlined-call lookup read: location lists (often the biggest
+    // compressed section) and type units are never needed, so they are not decompressed.
     let ids = [
         gimli::SectionId::DebugAbbrev,
         gimli::SectionId::DebugAddr,
@@ -323,13 +325,10 @@ fn load_sections(
         gimli::SectionId::DebugInfo,
         gimli::SectionId::DebugLine,
         gimli::SectionId::DebugLineStr,
-        gimli::SectionId::DebugLoc,
-        gimli::SectionId::DebugLocLists,
         gimli::SectionId::DebugRanges,
         gimli::SectionId::DebugRngLists,
         gimli::SectionId::DebugStr,
         gimli::SectionId::DebugStrOffsets,
-        gimli::SectionId::DebugTypes,
     ];
     let mut map = HashMap::new();
     for id in ids {

@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, HashSet};
 const INTEGER_ONLY: &[&str] = &[
     "cachegrind::cg_fetch",
     "cachegrind::cg_data",
+    "cachegrind::cg_ll",
     "cachegrind::cg_cond",
     "cachegrind::cg_ind",
     "callgrind::clg_setup_fast",

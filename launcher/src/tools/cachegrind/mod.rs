@@ -86,6 +86,23 @@ extern "C" fn cg_data(slot: u64, addr: u64, size: u64) -> u64 {
     0
 }
 
+/// The LL part of a fetch or data access whose L1 miss the inline code has already recorded
+/// in the L1 tags: counts the L1 miss and, if LL misses too, the LL miss.
+extern "C" fn cg_ll(slot: u64, addr: u64, size: u64) -> u64 {
+    let h = HIER.load(Ordering::Relaxed);
+    if h.is_null() {
+        return 0;
+    }
+    // SAFETY: as in `cg_fetch`.
+    unsafe {
+        count_outcome(
+            slot,
+            cachesim::raw::cachesim_ll_after_l1_miss(h, addr, size),
+        )
+    };
+    0
+}
+
 extern "C" fn cg_cond(slot: u64, taken: u64, addr: u64) -> u64 {
     let p = BP.load(Ordering::Relaxed);
     if p.is_null() {
@@ -413,7 +430,7 @@ impl Tool for Cachegrind {
                         arg0: at(S_I1MR) as u64,
                         integer_only: true,
                     };
-                    ins.fetch_check(i, c.i1, h);
+                    ins.fetch_check_l1(i, c.i1, h, Helper { func: cg_ll, ..h });
                 }
                 last_line = Some(last);
                 for k in 0..v.accesses.len() {
@@ -431,7 +448,7 @@ impl Tool for Cachegrind {
                             arg0: slot as u64,
                             integer_only: true,
                         };
-                        ins.data_check(i, dref, c.d1, h);
+                        ins.data_check_l1(i, dref, c.d1, h, Helper { func: cg_ll, ..h });
                     }
                 }
             }
