@@ -223,6 +223,8 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
                 if parse_bool(n, v)? {
                     unsupported.push(format!("{n}=yes"));
                 }
+                // Any simulator option switches the cache simulation on (Callgrind's clo.c).
+                o.cache_sim = true;
             }
             _ => {
                 if let Some(k) = n.strip_prefix("--separate-recs") {
@@ -246,6 +248,8 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
                     CacheLevel::D1 => o.caches.d1 = Some(g),
                     CacheLevel::LL => o.caches.ll = Some(g),
                 }
+                // A cache geometry is a simulator option: it switches the simulation on.
+                o.cache_sim = true;
             }
         }
     }
@@ -256,8 +260,6 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
     // Accepted with their default (harnesses pass them), refused when they ask for something
     // rgrind's callgrind does not do yet: a clear error, never silently different output.
     for (on, what) in [
-        (o.cache_sim, "--cache-sim=yes"),
-        (o.branch_sim, "--branch-sim=yes"),
         (o.collect_jumps, "--collect-jumps=yes"),
         (o.separate_threads, "--separate-threads=yes"),
         (o.dump_every_bb > 0, "--dump-every-bb"),
@@ -268,8 +270,8 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
     }
     if let Some(first) = unsupported.first() {
         return Err(OptionError(vec![
-            format!("callgrind: {first} is not implemented in rgrind yet (only Ir is collected, in one merged dump)"),
-            "use --tool=cachegrind --cache-sim=yes --branch-sim=yes for cache and branch events".to_string(),
+            format!("callgrind: {first} is not implemented in rgrind yet"),
+            "supported: Ir, --cache-sim=yes, --branch-sim=yes, in one merged dump".to_string(),
         ]));
     }
     Ok(o)
@@ -301,8 +303,8 @@ mod tests {
     #[test]
     fn unimplemented_features_are_refused_not_ignored() {
         for (n, v) in [
-            ("--cache-sim", "yes"),
-            ("--branch-sim", "yes"),
+            ("--simulate-wb", "yes"),
+            ("--cacheuse", "yes"),
             ("--collect-jumps", "yes"),
             ("--separate-threads", "yes"),
             ("--collect-systime", "nsec"),
@@ -322,6 +324,22 @@ mod tests {
         ] {
             assert!(parse(&opts(&[(n, v)])).is_ok(), "{n}={v} refused");
         }
+    }
+
+    #[test]
+    fn simulator_options_switch_the_cache_simulation_on() {
+        let o = parse(&opts(&[("--cache-sim", "yes"), ("--branch-sim", "yes")])).unwrap();
+        assert!(o.cache_sim && o.branch_sim);
+        let o = parse(&opts(&[("--I1", "32768,8,64")])).unwrap();
+        assert!(o.cache_sim && !o.branch_sim);
+        assert_eq!(o.caches.i1.map(|g| g.size), Some(32768));
+        // Later options win, as in Valgrind.
+        let o = parse(&opts(&[("--I1", "32768,8,64"), ("--cache-sim", "no")])).unwrap();
+        assert!(!o.cache_sim);
+        let o = parse(&opts(&[("--cache-sim", "no"), ("--LL", "8388608,16,64")])).unwrap();
+        assert!(o.cache_sim);
+        let o = parse(&opts(&[("--simulate-wb", "no")])).unwrap();
+        assert!(o.cache_sim);
     }
 
     #[test]

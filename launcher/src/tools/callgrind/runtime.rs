@@ -7,8 +7,17 @@
 //! # Invariants
 //! * Only the helper routine (`clg_setup`, guest threads run one at a time) and the tool's
 //!   hooks (under the core lock, guest stopped) touch a [`Runtime`]; never both at once.
-//! * A block is charged when the next block of its thread starts, as Callgrind does without
-//!   cache simulation, so the very last block before the process ends is not counted.
+//! * Without cache simulation a block is charged when the next block of its thread starts, as
+//!   Callgrind does, so the very last block before the process ends is not counted. With
+//!   `--cache-sim=yes` ([`Runtime::eager`]) a block is charged when it starts (Callgrind's
+//!   simulator helpers count as the block runs); the dump then holds back a thread's current
+//!   cost centre whose only execution is the unfinished one (Callgrind dumps only cost
+//!   centres with a finished execution), see [`Runtime::held_back`].
+//! * Hits cost nothing at run time: Ir, Dr, Dw, Bc and Bi of a cost centre follow from its
+//!   execution count and what each instruction statically does ([`InsnStat`]); only misses
+//!   and mispredicts are counted by the simulator helpers, into the current cost centre's
+//!   per-instruction array ([`Bbcc::miss`], found through [`CUR_BASE`]) and into the thread's
+//!   running cost ([`ThreadState::run`], through [`CUR_THREAD`]).
 //! * Contexts, cost centres and arcs are numbered in creation order (Callgrind's ids follow).
 //! * [`Runtime::setup_fast`] is an exact shortcut of [`Runtime::setup`] for the common case
 //!   (the previous block ended in a plain jump or fall-through, within the same object and
@@ -23,9 +32,96 @@
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
 //! switched to the returned-to function).
+use dbt_core::tool::RepKind;
 use std::cell::Cell;
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// Words of a running cost ([`ThreadState::run`], [`Jcc::incl`]): the static events
+/// `Ir Dr Dw Bc Bi` (indices [`R_IR`]..=[`R_BI`]), then up to 8 run-time slots from
+/// [`R_MISS`] on (misses and mispredicts, in the order of [`Runtime::miss_events`]).
+pub const RUN: usize = 13;
+pub const R_IR: usize = 0;
+pub const R_DR: usize = 1;
+pub const R_DW: usize = 2;
+pub const R_BC: usize = 3;
+pub const R_BI: usize = 4;
+pub const R_MISS: usize = 5;
+/// Static events per block execution (Ir Dr Dw Bc Bi).
+pub const N_STATIC: usize = 5;
+
+/// Where the simulator helpers add a miss of instruction `i`, slot `s` (encoded in their
+/// first argument as `i << 8 | s`): `CUR_BASE + i * CUR_STRIDE + s` (the current cost
+/// centre's [`Bbcc::miss`], or a skipped-function sink with stride 0; null: not collecting),
+/// and `CUR_THREAD + s` (the running thread's [`ThreadState::run`] from [`R_MISS`]).
+/// Written by `setup` (guest threads run one at a time), read by the helpers.
+pub static CUR_BASE: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
+pub static CUR_STRIDE: AtomicU64 = AtomicU64::new(0);
+pub static CUR_THREAD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Adds one to miss slot `slot` of instruction `idx` (see [`CUR_BASE`]), and to slot
+/// `slot + 3` too when `ll` (the LL miss that follows an L1 miss). Integer-only.
+#[inline(always)]
+pub fn add_miss(arg: u64, ll: bool) {
+    let base = CUR_BASE.load(Ordering::Relaxed);
+    if base.is_null() {
+        return;
+    }
+    let (idx, slot) = (arg >> 8, (arg & 0xff) as usize);
+    let off = (idx.wrapping_mul(CUR_STRIDE.load(Ordering::Relaxed)) as usize).wrapping_add(slot);
+    let th = CUR_THREAD.load(Ordering::Relaxed);
+    // SAFETY: `CUR_BASE`/`CUR_THREAD` point into a boxed cost centre's miss array (which has
+    // `n_insns * stride` slots, `idx < n_insns`, `slot (+3) < stride`) or a skipped-cost sink
+    // (stride 0, `RUN - R_MISS` slots) and a boxed thread's running cost; the arrays are
+    // never freed and only the running guest thread's helpers touch them.
+    unsafe {
+        *base.add(off) += 1;
+        *th.add(slot) += 1;
+        if ll {
+            *base.add(off + 3) += 1;
+            *th.add(slot + 3) += 1;
+        }
+    }
+}
+
+/// `acc[..n] += now[..n] - then[..n]` (wrapping; volatile: no vector registers in the fast path).
+#[inline(always)]
+fn add_diff(acc: &mut [u64; RUN], now: &[u64; RUN], then: &[u64; RUN], n: usize) {
+    for ((a, x), y) in acc.iter_mut().zip(now.iter()).zip(then.iter()).take(n) {
+        // SAFETY: references to live words.
+        unsafe {
+            let v = core::ptr::read_volatile(a).wrapping_add(
+                core::ptr::read_volatile(x).wrapping_sub(core::ptr::read_volatile(y)),
+            );
+            core::ptr::write_volatile(a, v);
+        }
+    }
+}
+
+/// `acc[..n] += add[..n]` (volatile, as [`add_diff`]).
+#[inline(always)]
+fn add_cost(acc: &mut [u64], add: &[u64], n: usize) {
+    for (a, x) in acc.iter_mut().zip(add.iter()).take(n) {
+        // SAFETY: references to live words.
+        unsafe {
+            let v = core::ptr::read_volatile(a).wrapping_add(core::ptr::read_volatile(x));
+            core::ptr::write_volatile(a, v);
+        }
+    }
+}
+
+/// What one instruction statically does per execution (per iteration for `rep`), for the
+/// events derived from execution counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InsnStat {
+    /// Data reads and writes as Callgrind counts them (a read-modify-write is one write).
+    pub dr: u64,
+    pub dw: u64,
+    /// A conditional branch (`Bc`), an indirect jump or call (`Bi`).
+    pub cond: bool,
+    pub ind: bool,
+}
 
 /// A multiply-xor hasher for the small integer keys of the hot-path tables (SipHash costs
 /// more than the rest of `setup` together).
@@ -102,6 +198,14 @@ pub struct BlockInfo {
     pub fast_count: Cell<*mut u64>,
     /// `exit == Other` and no `rep` instruction: the next block may take the fast path.
     pub plain_exit: bool,
+    /// Per instruction: static data accesses and branch kind (with simulation).
+    pub insn_stat: Vec<InsnStat>,
+    /// Per instruction: its `rep` kind.
+    pub insn_rep: Vec<RepKind>,
+    /// Static events per execution, `Ir Dr Dw Bc Bi` (`rep` iterations excluded).
+    pub stat: [u64; N_STATIC],
+    /// The miss array of the cost centre in `fast_count`'s entry (null without simulation).
+    pub fast_miss: Cell<*mut u64>,
 }
 
 /// The key of a (context, recursion level) pair in [`BlockInfo::fast_key`] and [`Fast`].
@@ -151,8 +255,14 @@ pub struct Bbcc {
     pub count: u64,
     /// Extra entries of each `rep` instruction (same order as `BlockInfo::rep`).
     pub rep_extra: Vec<u64>,
-    /// Cost of skipped functions called from here (`--skip-plt`, `--fn-skip`).
-    pub skipped: u64,
+    /// Iterations of each `repe`/`repne` instruction (same order).
+    pub rep_iters: Vec<u64>,
+    /// Cost of skipped functions called from here (`--skip-plt`, `--fn-skip`), in the
+    /// running-cost layout ([`RUN`]); its miss slots are a stride-0 sink for the helpers.
+    pub skipped: [u64; RUN],
+    /// Misses and mispredicts per instruction: `n_insns * miss_slots` words (empty without
+    /// simulation), in [`Runtime::miss_events`] order.
+    pub miss: Box<[u64]>,
     /// The last call arc from here: `(callee cost centre << 32) | arc` (`u64::MAX`: none),
     /// for the fast path of a real call.
     pub last_call: u64,
@@ -163,14 +273,15 @@ pub struct Jcc {
     pub from: u32,
     pub to: u32,
     pub count: u64,
-    pub incl: u64,
+    /// Inclusive cost, running-cost layout ([`RUN`]).
+    pub incl: [u64; RUN],
 }
 
 struct Entry {
     jcc: Option<u32>,
     sp: u64,
     ret_addr: u64,
-    enter_cost: u64,
+    enter_cost: [u64; RUN],
     cxt: Option<u32>,
     fn_sp: usize,
     nonskipped: Option<u32>,
@@ -185,10 +296,10 @@ pub struct ThreadState {
     stack: Vec<Entry>,
     fn_stack: Vec<u32>,
     cxt: Option<u32>,
-    /// Running Ir.
-    pub cost: u64,
-    /// Running Ir at the last dump or zeroing.
-    pub lastdump_cost: u64,
+    /// Running cost ([`RUN`] layout: Ir first).
+    pub run: [u64; RUN],
+    /// Running cost at the last dump or zeroing.
+    pub lastdump: [u64; RUN],
     last_bbcc: Option<u32>,
     fn_active: Vec<u32>,
     nonskipped: Option<u32>,
@@ -221,6 +332,15 @@ pub struct Runtime {
     pub bb_executions: u64,
     pub skip_direct_rec: bool,
     pub collect_atstart: bool,
+    /// `--cache-sim=yes`: blocks are charged when they start (see the module invariants).
+    pub eager: bool,
+    /// Words of the running cost in use: 1 (Ir only) or `N_STATIC + miss_slots`.
+    pub n_cost: usize,
+    /// Run-time slots per instruction (0 without simulation, 6 for the caches, 2 for
+    /// branches).
+    pub miss_slots: usize,
+    /// The names of those slots, in order (`I1mr D1mr D1mw ILmr DLmr DLmw`, then `Bcm Bim`).
+    pub miss_events: Vec<&'static str>,
     /// Triggers met since the tool last looked.
     pub triggers: Vec<Trigger>,
 }
@@ -239,8 +359,8 @@ impl Runtime {
             stack: Vec::with_capacity(256),
             fn_stack: Vec::with_capacity(256),
             cxt: None,
-            cost: 0,
-            lastdump_cost: 0,
+            run: [0; RUN],
+            lastdump: [0; RUN],
             last_bbcc: None,
             fn_active: Vec::new(),
             nonskipped: None,
@@ -273,7 +393,9 @@ impl Runtime {
         let b = self.get_bbcc_slow(bb, cxt, rec);
         bb.last.set((cxt, rec, b));
         bb.fast_key.set(fast_key(cxt, rec));
-        bb.fast_count.set(&mut self.bbccs[b as usize].count);
+        let c = &mut self.bbccs[b as usize];
+        bb.fast_count.set(&mut c.count);
+        bb.fast_miss.set(Self::miss_ptr(c));
         b
     }
 
@@ -289,7 +411,9 @@ impl Runtime {
             rec,
             count: 0,
             rep_extra: vec![0; bb.rep.len()],
-            skipped: 0,
+            rep_iters: vec![0; bb.rep.len()],
+            skipped: [0; RUN],
+            miss: vec![0; bb.n_insns as usize * self.miss_slots].into_boxed_slice(),
             last_call: u64::MAX,
         }));
         self.bbcc_map.insert(key, id);
@@ -305,10 +429,76 @@ impl Runtime {
             from,
             to,
             count: 0,
-            incl: 0,
+            incl: [0; RUN],
         });
         self.jcc_map.insert((from, to), id);
         id
+    }
+
+    /// A new runtime: Ir only, until [`Runtime::set_simulation`].
+    pub fn new(skip_direct_rec: bool, collect_atstart: bool) -> Runtime {
+        Runtime {
+            skip_direct_rec,
+            collect_atstart,
+            n_cost: 1,
+            ..Runtime::default()
+        }
+    }
+
+    /// Switches on cache simulation (`--cache-sim=yes`: eager charging, six miss slots)
+    /// and/or branch simulation (two mispredict slots). Call before any block runs.
+    pub fn set_simulation(&mut self, cache: bool, branch: bool) {
+        let mut ev = Vec::new();
+        if cache {
+            ev.extend(["I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw"]);
+        }
+        if branch {
+            ev.extend(["Bcm", "Bim"]);
+        }
+        self.eager = cache;
+        self.miss_slots = ev.len();
+        self.n_cost = if ev.is_empty() {
+            1
+        } else {
+            N_STATIC + ev.len()
+        };
+        self.miss_events = ev;
+    }
+
+    /// The miss array of a cost centre (null when there is none).
+    fn miss_ptr(c: &mut Bbcc) -> *mut u64 {
+        if c.miss.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            c.miss.as_mut_ptr()
+        }
+    }
+
+    /// Points the simulator helpers at the thread's current cost centre (or the skipped
+    /// sink, or nowhere when not collecting). See [`CUR_BASE`].
+    fn set_cur(&mut self, t: &mut ThreadState) {
+        if self.miss_slots == 0 {
+            return;
+        }
+        CUR_THREAD.store(t.run[R_MISS..].as_mut_ptr(), Ordering::Relaxed);
+        let (base, stride) = match (t.collect, t.nonskipped, t.last_bbcc) {
+            (false, _, _) => (core::ptr::null_mut(), 0),
+            (true, Some(ns), _) => (self.bbccs[ns as usize].skipped[R_MISS..].as_mut_ptr(), 0),
+            (true, None, Some(b)) => (Self::miss_ptr(&mut self.bbccs[b as usize]), self.miss_slots),
+            (true, None, None) => (core::ptr::null_mut(), 0),
+        };
+        CUR_BASE.store(base, Ordering::Relaxed);
+        CUR_STRIDE.store(stride as u64, Ordering::Relaxed);
+    }
+
+    /// Charges one execution of `bb` to the running cost and to `count` (fast path: no
+    /// `rep` extras, no skipped state).
+    #[inline(always)]
+    fn charge_fast(&self, t: &mut ThreadState, bb: &BlockInfo, count: *mut u64) {
+        add_cost(&mut t.run, &bb.stat, self.n_cost.min(N_STATIC));
+        // SAFETY: a boxed cost centre's counter (`Runtime::bbccs` never drops them); guest
+        // threads run one at a time.
+        unsafe { *count = (*count).wrapping_add(1) };
     }
 
     fn bb_of(&self, bbcc: u32) -> &'static BlockInfo {
@@ -351,7 +541,8 @@ impl Runtime {
                 *a = a.saturating_sub(1);
             }
             let depth = *a;
-            self.jccs[j as usize].incl += t.cost.wrapping_sub(e.enter_cost);
+            let n = self.n_cost;
+            add_diff(&mut self.jccs[j as usize].incl, &t.run, &e.enter_cost, n);
             t.cxt = e.cxt;
             t.fn_stack.truncate(e.fn_sp);
             if depth == 0 {
@@ -421,7 +612,7 @@ impl Runtime {
             jcc,
             sp,
             ret_addr,
-            enter_cost: t.cost,
+            enter_cost: t.run,
             cxt: saved.0,
             fn_sp: saved.1,
             nonskipped: t.nonskipped,
@@ -462,16 +653,40 @@ impl Runtime {
             return false;
         }
         self.bb_executions = self.bb_executions.wrapping_add(1);
-        if t.collect {
-            t.cost = t.cost.wrapping_add(lbb.n_insns);
-            // SAFETY: a boxed cost centre's counter (`Runtime::bbccs` never drops them); guest
-            // threads run one at a time.
-            unsafe { *f.last_count = (*f.last_count).wrapping_add(1) };
-        }
-        f.last_bb = bb;
-        f.last_count = bb.fast_count.get();
+        self.fast_charge_prev(t, lbb);
+        t.fast.last_bb = bb;
+        t.fast.last_count = bb.fast_count.get();
         t.last_bbcc = Some(bb.last.get().2);
+        self.fast_enter(t, bb);
         true
+    }
+
+    /// Fast path, before the transition: without cache simulation the previous block is
+    /// charged now (see the module invariants).
+    #[inline(always)]
+    fn fast_charge_prev(&self, t: &mut ThreadState, lbb: &BlockInfo) {
+        if !self.eager && t.collect {
+            let c = t.fast.last_count;
+            self.charge_fast(t, lbb, c);
+        }
+    }
+
+    /// Fast path, after the transition: with cache simulation the new block is charged now;
+    /// the simulator helpers are pointed at its cost centre.
+    #[inline(always)]
+    fn fast_enter(&self, t: &mut ThreadState, bb: &BlockInfo) {
+        if self.eager && t.collect {
+            self.charge_fast(t, bb, bb.fast_count.get());
+        }
+        if self.miss_slots != 0 {
+            let base = if t.collect {
+                bb.fast_miss.get()
+            } else {
+                core::ptr::null_mut()
+            };
+            CUR_BASE.store(base, Ordering::Relaxed);
+            CUR_STRIDE.store(self.miss_slots as u64, Ordering::Relaxed);
+        }
     }
 
     /// The fast path for a block reached by a real call (the previous block ended in a
@@ -570,30 +785,29 @@ impl Runtime {
         // Commit: charge the previous block, push the context and the frame (as `push_cxt`
         // and `push_call`), enter `bb`.
         self.bb_executions = self.bb_executions.wrapping_add(1);
-        if t.collect {
-            t.cost = t.cost.wrapping_add(lbb.n_insns);
-            // SAFETY: see `setup_fast`.
-            unsafe { *t.fast.last_count = (*t.fast.last_count).wrapping_add(1) };
-        }
+        self.fast_charge_prev(t, lbb);
         if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
             *a = a_new;
         }
         if let Some(jc) = self.jccs.get_mut(j as usize) {
             jc.count = jc.count.wrapping_add(1);
         }
-        let entry = Entry {
-            jcc: Some(j),
-            sp,
-            ret_addr: lbb.end,
-            enter_cost: t.cost,
-            cxt: Some(old_cxt),
-            fn_sp: fsp,
-            nonskipped: None,
-        };
-        // SAFETY: `n < capacity` (checked above), so the slot is allocated; it is written
-        // before the length covers it.
+        // SAFETY: `n < capacity` (checked above), so the slot is allocated; every field is
+        // written (the cost word by word: no vector registers here) before the length
+        // covers it.
         unsafe {
-            t.stack.as_mut_ptr().add(n).write(entry);
+            let e = t.stack.as_mut_ptr().add(n);
+            core::ptr::addr_of_mut!((*e).jcc).write(Some(j));
+            core::ptr::addr_of_mut!((*e).sp).write(sp);
+            core::ptr::addr_of_mut!((*e).ret_addr).write(lbb.end);
+            core::ptr::addr_of_mut!((*e).cxt).write(Some(old_cxt));
+            core::ptr::addr_of_mut!((*e).fn_sp).write(fsp);
+            core::ptr::addr_of_mut!((*e).nonskipped).write(None);
+            let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
+            for k in 0..RUN {
+                let v = if k < self.n_cost { t.run[k] } else { 0 };
+                core::ptr::write_volatile(ec.add(k), v);
+            }
             t.stack.set_len(n + 1);
         }
         if push_fn {
@@ -611,6 +825,7 @@ impl Runtime {
             top_sp: sp,
             key: self.summary_key(t),
         };
+        self.fast_enter(t, bb);
         true
     }
 
@@ -645,7 +860,7 @@ impl Runtime {
         let (Some(j), Some(new_cxt), None) = (top.jcc, top.cxt, top.nonskipped) else {
             return false;
         };
-        let (enter_cost, fn_sp) = (top.enter_cost, top.fn_sp);
+        let fn_sp = top.fn_sp;
         let Some(jcc) = self.jccs.get(j as usize) else {
             return false;
         };
@@ -703,14 +918,10 @@ impl Runtime {
         }
         // Commit: charge the previous block, pop the frame (as `pop`), enter `bb`.
         self.bb_executions = self.bb_executions.wrapping_add(1);
-        let f = &mut t.fast;
-        if t.collect {
-            t.cost = t.cost.wrapping_add(lbb.n_insns);
-            // SAFETY: see `setup_fast`.
-            unsafe { *f.last_count = (*f.last_count).wrapping_add(1) };
-        }
-        if let Some(jcc) = self.jccs.get_mut(j as usize) {
-            jcc.incl = jcc.incl.wrapping_add(t.cost.wrapping_sub(enter_cost));
+        self.fast_charge_prev(t, lbb);
+        let nc = self.n_cost;
+        if let (Some(jcc), Some(top)) = (self.jccs.get_mut(j as usize), t.stack.get(n - 1)) {
+            add_diff(&mut jcc.incl, &t.run, &top.enter_cost, nc);
         }
         if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
             *a = a_new;
@@ -726,6 +937,7 @@ impl Runtime {
             top_sp: next_sp,
             key: self.summary_key(t),
         };
+        self.fast_enter(t, bb);
         true
     }
 
@@ -776,6 +988,7 @@ impl Runtime {
             top_sp: t.stack.last().map_or(u64::MAX, |e| e.sp),
             key,
         };
+        self.set_cur(t);
     }
 
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
@@ -792,23 +1005,38 @@ impl Runtime {
         if let Some(lb) = last {
             let lbb = self.bb_of(lb);
             jk = lbb.exit;
-            let mut n = lbb.n_insns;
+            // Lazy charging: the whole previous block; eager: only its `rep` extras (they
+            // happened while it ran).
+            let mut add = if self.eager { [0; N_STATIC] } else { lbb.stat };
             let skipped = t.nonskipped.is_some();
             let count_here = t.collect && !skipped;
-            for (k, &(_, ctr)) in lbb.rep.iter().enumerate() {
-                // SAFETY: `ctr` is a slot of the block's process-lifetime cost array; guest
-                // threads run one at a time.
-                let extra = unsafe { core::mem::take(&mut *ctr) };
-                n += extra;
+            for (k, &(i, ctr)) in lbb.rep.iter().enumerate() {
+                // SAFETY: `ctr` and `ctr + 1` are the entries and iterations slots of the
+                // block's process-lifetime cost array; guest threads run one at a time.
+                let (extra, iters) = unsafe {
+                    (
+                        core::mem::take(&mut *ctr),
+                        core::mem::take(&mut *ctr.add(1)),
+                    )
+                };
+                let st = lbb.insn_stat.get(i).copied().unwrap_or_default();
+                let cond = lbb.insn_rep.get(i) == Some(&RepKind::Cond);
+                let per = if cond { iters } else { extra };
+                add[R_IR] += extra;
+                add[R_DR] += per * st.dr;
+                add[R_DW] += per * st.dw;
+                add[R_BC] += extra + if cond { iters } else { 0 };
                 if count_here {
                     self.bbccs[lb as usize].rep_extra[k] += extra;
+                    self.bbccs[lb as usize].rep_iters[k] += iters;
                 }
             }
             if t.collect {
-                t.cost += n;
+                let ns_static = self.n_cost.min(N_STATIC);
+                add_cost(&mut t.run, &add, ns_static);
                 if let Some(ns) = t.nonskipped {
-                    self.bbccs[ns as usize].skipped += n;
-                } else {
+                    add_cost(&mut self.bbccs[ns as usize].skipped, &add, ns_static);
+                } else if !self.eager {
                     self.bbccs[lb as usize].count += 1;
                 }
             }
@@ -924,42 +1152,68 @@ impl Runtime {
             }
         }
         t.last_bbcc = Some(bbcc);
+        if self.eager && t.collect {
+            // Eager charging: the new block, after the call or return it completes.
+            add_cost(&mut t.run, &bb.stat, N_STATIC);
+            match t.nonskipped {
+                Some(ns) => add_cost(&mut self.bbccs[ns as usize].skipped, &bb.stat, N_STATIC),
+                None => self.bbccs[bbcc as usize].count += 1,
+            }
+        }
     }
 
     /// Adds the cost since entry of every active call to its arc (before a dump).
     pub fn flush_active(&mut self) {
-        for ti in 0..self.threads.len() {
-            let cost = self.threads[ti].cost;
-            let mut adds = Vec::new();
-            for e in self.threads[ti].stack.iter_mut() {
+        let n = self.n_cost;
+        for t in self.threads.iter_mut() {
+            let run = t.run;
+            for e in t.stack.iter_mut() {
                 if let Some(j) = e.jcc {
-                    adds.push((j, cost.wrapping_sub(e.enter_cost)));
-                    e.enter_cost = cost;
+                    add_diff(&mut self.jccs[j as usize].incl, &run, &e.enter_cost, n);
+                    e.enter_cost = run;
                 }
-            }
-            for (j, d) in adds {
-                self.jccs[j as usize].incl += d;
             }
         }
     }
 
-    /// Zeroes every cost centre and arc (after a dump, or `CALLGRIND_ZERO_STATS`).
-    pub fn zero(&mut self) {
-        for b in &mut self.bbccs {
+    /// With eager charging, the cost centres a dump must leave out and keep for the next
+    /// one: a thread's current cost centre whose only counted execution is the one still
+    /// running (Callgrind dumps a cost centre only once an execution of it finished).
+    pub fn held_back(&self) -> Vec<u32> {
+        if !self.eager {
+            return Vec::new();
+        }
+        self.threads
+            .iter()
+            .filter(|t| t.nonskipped.is_none())
+            .filter_map(|t| t.last_bbcc)
+            .filter(|&b| self.bbccs[b as usize].count == 1)
+            .collect()
+    }
+
+    /// Zeroes every cost centre and arc (after a dump, or `CALLGRIND_ZERO_STATS`) except the
+    /// cost centres in `keep` (see [`Runtime::held_back`]).
+    pub fn zero(&mut self, keep: &[u32]) {
+        for (i, b) in self.bbccs.iter_mut().enumerate() {
+            if keep.contains(&(i as u32)) {
+                continue;
+            }
             b.count = 0;
             b.rep_extra.iter_mut().for_each(|x| *x = 0);
-            b.skipped = 0;
+            b.rep_iters.iter_mut().for_each(|x| *x = 0);
+            b.skipped = [0; RUN];
+            b.miss.iter_mut().for_each(|x| *x = 0);
         }
         for j in &mut self.jccs {
             j.count = 0;
-            j.incl = 0;
+            j.incl = [0; RUN];
         }
         for t in &mut self.threads {
-            let cost = t.cost;
+            let run = t.run;
             for e in t.stack.iter_mut() {
-                e.enter_cost = cost;
+                e.enter_cost = run;
             }
-            t.lastdump_cost = cost;
+            t.lastdump = run;
         }
     }
 
