@@ -397,7 +397,7 @@ impl Callgrind {
                 // The first entry's `rcx == 0` exit.
                 stat[R_BC] += 1;
             }
-            stat[R_BC] += u64::from(st.cond);
+            stat[R_BC] += u64::from(st.cond) + u64::from(st.cas_exit);
             stat[R_BI] += u64::from(st.ind);
         }
         let info = Box::new(BlockInfo {
@@ -429,9 +429,18 @@ impl Callgrind {
 
     /// What instruction `v` statically does (Callgrind's counting rules).
     fn insn_stat(&self, v: &dbt_core::tool::InsnView) -> InsnStat {
+        use iced_x86::Mnemonic as M;
+        let cas_only = matches!(v.insn.mnemonic(), M::Cmpxchg | M::Cmpxchg8b | M::Cmpxchg16b);
         let mut st = InsnStat {
             cond: v.flow == FlowKind::CondBranch,
             ind: matches!(v.flow, FlowKind::IndirectJump | FlowKind::IndirectCall),
+            // VEX turns a locked read-modify-write (not cmpxchg) into a CAS followed by a
+            // conditional exit back to the instruction when it failed.
+            cas_exit: v.locked
+                && !cas_only
+                && v.accesses
+                    .iter()
+                    .any(|a| a.kind == dbt_core::tool::AccessKind::Modify),
             ..InsnStat::default()
         };
         let min_line = self.caches.as_ref().map_or(64, |c| c.min_line);
@@ -481,6 +490,20 @@ impl Callgrind {
                 }
             }
             if let Some(bs) = self.branch_slot {
+                let cond = Helper {
+                    func: clg_cond,
+                    arg0: slot_arg(i, bs),
+                    integer_only: true,
+                };
+                if v.rep != RepKind::None {
+                    // VEX's exits of a `rep` instruction: Callgrind inverts the `rcx == 0`
+                    // test when it is the block's last exit (plain `rep`).
+                    ins.rep_branch(i, cond, v.rep == RepKind::Plain);
+                }
+                if self.insn_stat(v).cas_exit {
+                    // The CAS retry exit, not taken (no other writer: threads run serially).
+                    ins.call(i, cond, CallArg::Imm(0), v.addr);
+                }
                 match v.flow {
                     FlowKind::CondBranch => ins.call(
                         i,
@@ -601,7 +624,8 @@ impl Callgrind {
                         RepKind::None => 0,
                         RepKind::Plain => c + extra,
                         RepKind::Cond => c + extra + iters,
-                    } + if st.cond { c } else { 0 };
+                    } + if st.cond { c } else { 0 }
+                        + if st.cas_exit { c } else { 0 };
                     r[R_BI] = if st.ind { c } else { 0 };
                     for m in 0..s {
                         r[R_MISS + m] = b.miss.get(i * s + m).copied().unwrap_or(0);

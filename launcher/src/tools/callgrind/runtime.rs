@@ -121,6 +121,8 @@ pub struct InsnStat {
     /// A conditional branch (`Bc`), an indirect jump or call (`Bi`).
     pub cond: bool,
     pub ind: bool,
+    /// A locked read-modify-write: VEX's compare-and-swap retry exit is one more `Bc`.
+    pub cas_exit: bool,
 }
 
 /// A multiply-xor hasher for the small integer keys of the hot-path tables (SipHash costs
