@@ -569,7 +569,7 @@ impl Callgrind {
     }
 
     /// Builds the dump data from the runtime's cost centres and arcs.
-    fn collect(&self, rt: &Runtime, held: &[u32]) -> CallgrindData {
+    fn collect(&self, rt: &Runtime, finished: &[bool]) -> CallgrindData {
         let map = self.event_map();
         let project = |r: &[u64; RUN]| -> Vec<u64> { map.iter().map(|&(_, i)| r[i]).collect() };
         let n_ev = map.len();
@@ -594,7 +594,7 @@ impl Callgrind {
         let s = rt.miss_slots;
         for (id, b) in rt.bbccs.iter().enumerate() {
             let skipped = b.skipped.iter().any(|&x| x != 0);
-            if (b.count == 0 && !skipped) || held.contains(&(id as u32)) {
+            if !finished.get(id).copied().unwrap_or(false) && !skipped {
                 continue;
             }
             // SAFETY: leaked BlockInfo.
@@ -665,8 +665,8 @@ impl Callgrind {
         rt.flush_active();
         self.modules.refresh();
         let sym = dumper::Symbolizer::new(self.modules.infos());
-        let held = rt.held_back();
-        let mut data = self.collect(rt, &held);
+        let fin = rt.finished();
+        let mut data = self.collect(rt, &fin);
         let part = self.dumps + 1;
         let cmd = dumper::callgrind::callgrind_cmd(&self.exe, &self.args);
         let desc: Vec<String> = match &self.caches {
@@ -740,7 +740,7 @@ impl Callgrind {
         }
         self.dumps = part;
         self.bbs_done = rt.bb_executions;
-        rt.zero(&held);
+        rt.zero();
     }
 
     fn handle_triggers(&mut self) {
@@ -748,7 +748,7 @@ impl Callgrind {
         let trig = std::mem::take(&mut rt.triggers);
         for t in trig {
             match t {
-                Trigger::ZeroBefore => rt.zero(&[]),
+                Trigger::ZeroBefore => rt.zero(),
                 Trigger::DumpBefore(_) => self.dump(Some("--dump-before")),
                 Trigger::DumpAfter(_) => self.dump(Some("--dump-after")),
             }
@@ -802,15 +802,14 @@ impl Tool for Callgrind {
             }
             ZERO_STATS => {
                 if let Some(rt) = self.runtime() {
-                    rt.zero(&[]);
+                    rt.zero();
                 }
             }
             TOGGLE_COLLECT => {
                 let key = dbt_core::tool::thread_key();
                 // SAFETY: tool hooks run with the guest stopped.
                 if let Some((rt, t)) = unsafe { runtime_and_thread(key) } {
-                    t.collect = !t.collect;
-                    rt.refresh_fast(t);
+                    rt.toggle_collect(t);
                 }
             }
             START_INSTRUMENTATION | STOP_INSTRUMENTATION => {
@@ -821,6 +820,12 @@ impl Tool for Callgrind {
                 self.instrumenting = on;
                 if let Some(rt) = self.runtime() {
                     rt.unwind_all();
+                }
+                let h = HIER.load(Ordering::Relaxed);
+                if !h.is_null() {
+                    // Callgrind clears the simulated caches when instrumentation switches.
+                    // SAFETY: the leaked hierarchy; guest code is stopped in this hook.
+                    unsafe { (*h).clear() };
                 }
                 return ClientReply {
                     value: Some(0),

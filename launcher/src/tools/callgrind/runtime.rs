@@ -10,9 +10,10 @@
 //! * Without cache simulation a block is charged when the next block of its thread starts, as
 //!   Callgrind does, so the very last block before the process ends is not counted. With
 //!   `--cache-sim=yes` ([`Runtime::eager`]) a block is charged when it starts (Callgrind's
-//!   simulator helpers count as the block runs); the dump then holds back a thread's current
-//!   cost centre whose only execution is the unfinished one (Callgrind dumps only cost
-//!   centres with a finished execution), see [`Runtime::held_back`].
+//!   simulator helpers count as the block runs). Callgrind still counts an execution as
+//!   finished only when the next block starts (with collection on), and dumps and zeroes
+//!   only cost centres with a finished execution; [`Runtime::finished`] reproduces that
+//!   (so the last block before exit is left out of the totals but not of the summary).
 //! * Hits cost nothing at run time: Ir, Dr, Dw, Bc and Bi of a cost centre follow from its
 //!   execution count and what each instruction statically does ([`InsnStat`]); only misses
 //!   and mispredicts are counted by the simulator helpers, into the current cost centre's
@@ -265,6 +266,10 @@ pub struct Bbcc {
     /// Misses and mispredicts per instruction: `n_insns * miss_slots` words (empty without
     /// simulation), in [`Runtime::miss_events`] order.
     pub miss: Box<[u64]>,
+    /// With eager charging: finished executions counted by Callgrind minus executions
+    /// charged, for executions during which collection was toggled (a
+    /// `CALLGRIND_TOGGLE_COLLECT` ending the block); see [`Runtime::finished`].
+    pub adj: i64,
     /// The last call arc from here: `(callee cost centre << 32) | arc` (`u64::MAX`: none),
     /// for the fast path of a real call.
     pub last_call: u64,
@@ -415,6 +420,7 @@ impl Runtime {
             rep_extra: vec![0; bb.rep.len()],
             rep_iters: vec![0; bb.rep.len()],
             skipped: [0; RUN],
+            adj: 0,
             miss: vec![0; bb.n_insns as usize * self.miss_slots].into_boxed_slice(),
             last_call: u64::MAX,
         }));
@@ -1178,29 +1184,44 @@ impl Runtime {
         }
     }
 
-    /// With eager charging, the cost centres a dump must leave out and keep for the next
-    /// one: a thread's current cost centre whose only counted execution is the one still
-    /// running (Callgrind dumps a cost centre only once an execution of it finished).
-    pub fn held_back(&self) -> Vec<u32> {
-        if !self.eager {
-            return Vec::new();
-        }
-        self.threads
+    /// Per cost centre: whether Callgrind has seen one of its executions finish since the
+    /// last dump or zeroing (its `ecounter_sum > 0`). Callgrind dumps and zeroes only those;
+    /// the others keep their costs for later. Without eager charging that is `count > 0`;
+    /// with it, a thread's current block (charged, not finished) does not count, and `adj`
+    /// corrects for collection toggled during an execution.
+    pub fn finished(&self) -> Vec<bool> {
+        let mut done: Vec<i64> = self
+            .bbccs
             .iter()
-            .filter(|t| t.nonskipped.is_none())
-            .filter_map(|t| t.last_bbcc)
-            .filter(|&b| self.bbccs[b as usize].count == 1)
-            .collect()
+            .map(|b| b.count as i64 + if self.eager { b.adj } else { 0 })
+            .collect();
+        if self.eager {
+            for t in &self.threads {
+                if let (true, None, Some(b)) = (t.collect, t.nonskipped, t.last_bbcc) {
+                    done[b as usize] -= 1;
+                }
+            }
+        }
+        done.into_iter().map(|d| d > 0).collect()
     }
 
-    /// Zeroes every cost centre and arc (after a dump, or `CALLGRIND_ZERO_STATS`) except the
-    /// cost centres in `keep` (see [`Runtime::held_back`]).
-    pub fn zero(&mut self, keep: &[u32]) {
-        for (i, b) in self.bbccs.iter_mut().enumerate() {
-            if keep.contains(&(i as u32)) {
-                continue;
-            }
+    /// `CALLGRIND_TOGGLE_COLLECT` ends the current block of `t`: with eager charging, that
+    /// block was charged (or not) under the old setting but finishes under the new one.
+    pub fn toggle_collect(&mut self, t: &mut ThreadState) {
+        if let (true, None, Some(b)) = (self.eager, t.nonskipped, t.last_bbcc) {
+            self.bbccs[b as usize].adj += if t.collect { -1 } else { 1 };
+        }
+        t.collect = !t.collect;
+        self.refresh_fast(t);
+    }
+
+    /// Zeroes every cost centre with a finished execution ([`Runtime::finished`]; Callgrind
+    /// leaves the others alone) and every arc (after a dump, or `CALLGRIND_ZERO_STATS`).
+    pub fn zero(&mut self) {
+        let fin = self.finished();
+        for (b, _) in self.bbccs.iter_mut().zip(fin).filter(|x| x.1) {
             b.count = 0;
+            b.adj = 0;
             b.rep_extra.iter_mut().for_each(|x| *x = 0);
             b.rep_iters.iter_mut().for_each(|x| *x = 0);
             b.skipped = [0; RUN];
@@ -1228,6 +1249,11 @@ impl Runtime {
             let t = unsafe { &mut *tp };
             while !t.stack.is_empty() {
                 self.pop(t);
+            }
+            if let (true, true, None, Some(b)) = (self.eager, t.collect, t.nonskipped, t.last_bbcc)
+            {
+                // The running block never finishes for Callgrind.
+                self.bbccs[b as usize].adj -= 1;
             }
             t.last_bbcc = None;
             self.refresh_fast(t);
