@@ -9,6 +9,7 @@
 mod bad_input;
 mod cachegrind;
 mod callgrind;
+mod callgrind_sim;
 mod exit;
 mod helpers;
 mod loader;
