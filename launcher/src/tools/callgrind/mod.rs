@@ -594,13 +594,16 @@ impl Callgrind {
         let s = rt.miss_slots;
         for (id, b) in rt.bbccs.iter().enumerate() {
             let skipped = b.skipped.iter().any(|&x| x != 0);
-            if !finished.get(id).copied().unwrap_or(false) && !skipped {
+            let fin = finished.get(id).copied().unwrap_or(false);
+            if !fin && !skipped {
                 continue;
             }
             // SAFETY: leaked BlockInfo.
             let info = unsafe { &*b.bb };
             let (cx, rec) = (b.cxt as usize, b.rec);
-            if b.count > 0 {
+            // Self costs only with a finished execution (they stay for a later dump
+            // otherwise, see `Runtime::finished`); skipped-function costs always.
+            if fin {
                 for (i, &a) in info.insn_addrs.iter().enumerate() {
                     let c = b.count;
                     let st = info.insn_stat.get(i).copied().unwrap_or_default();

@@ -1216,15 +1216,20 @@ impl Runtime {
     }
 
     /// Zeroes every cost centre with a finished execution ([`Runtime::finished`]; Callgrind
-    /// leaves the others alone) and every arc (after a dump, or `CALLGRIND_ZERO_STATS`).
+    /// leaves the others alone), all skipped-function costs and every arc (after a dump, or
+    /// `CALLGRIND_ZERO_STATS`).
     pub fn zero(&mut self) {
         let fin = self.finished();
-        for (b, _) in self.bbccs.iter_mut().zip(fin).filter(|x| x.1) {
+        for (b, fin) in self.bbccs.iter_mut().zip(fin) {
+            // Skipped-function costs are dumped in any case (see the tool's `collect`).
+            b.skipped = [0; RUN];
+            if !fin {
+                continue;
+            }
             b.count = 0;
             b.adj = 0;
             b.rep_extra.iter_mut().for_each(|x| *x = 0);
             b.rep_iters.iter_mut().for_each(|x| *x = 0);
-            b.skipped = [0; RUN];
             b.miss.iter_mut().for_each(|x| *x = 0);
         }
         for j in &mut self.jccs {
