@@ -10,6 +10,7 @@ mod bad_input;
 mod cachegrind;
 mod callgrind;
 mod callgrind_opts;
+mod callgrind_sim;
 mod exit;
 mod guest_env;
 mod helpers;
