@@ -1787,8 +1787,12 @@ mod tests {
 
     /// A leaked block of `n` two-byte instructions at `addr` in function 0.
     fn block(addr: u64, n: u64, jump: JumpExit, rep: Vec<(usize, *mut u64)>) -> &'static BlockInfo {
+        Box::leak(Box::new(block_info(addr, n, jump, rep)))
+    }
+
+    fn block_info(addr: u64, n: u64, jump: JumpExit, rep: Vec<(usize, *mut u64)>) -> BlockInfo {
         let rep_cond = vec![false; rep.len()];
-        Box::leak(Box::new(BlockInfo {
+        BlockInfo {
             addr,
             last_insn: addr + 2 * (n - 1),
             end: addr + 2 * n,
@@ -1814,7 +1818,7 @@ mod tests {
             insn_rep: vec![RepKind::None; n as usize],
             stat: [n, 0, 0, 0, 0],
             fast_miss: Cell::new(core::ptr::null_mut()),
-        }))
+        }
     }
 
     /// Every jump arc to write, as a dump takes them.
@@ -1914,6 +1918,115 @@ mod tests {
                 (0x2002, 0x2002, 0x2002, 4, Some(5)),
             ]
         );
+    }
+
+    /// A block as [`block`], changed by `f` before it is leaked.
+    fn block_with(addr: u64, n: u64, f: impl FnOnce(&mut BlockInfo)) -> &'static BlockInfo {
+        let mut b = block_info(addr, n, JumpExit::None, Vec::new());
+        f(&mut b);
+        Box::leak(Box::new(b))
+    }
+
+    /// `--cache-sim=yes` (eager charging) with `--collect-jumps` and `--separate-threads`.
+    fn simulating() -> Runtime {
+        let mut rt = runtime(true);
+        rt.separate_threads = true;
+        rt.set_simulation(true, false);
+        rt
+    }
+
+    #[test]
+    fn eager_charge_of_a_triggered_block_waits_for_the_trigger() {
+        let mut rt = simulating();
+        let t = rt.thread(1);
+        // SAFETY: as above.
+        let t = unsafe { &mut *t };
+        let caller = block_with(0x1000, 2, |b| b.exit = Exit::Call);
+        let callee = block_with(0x2000, 3, |b| {
+            b.fn_id = 1;
+            b.is_entry = true;
+            b.flags.dump_before = true;
+        });
+        rt.setup(t, caller, 0x8000);
+        assert_eq!(t.run[R_IR], 2, "a block is charged when it starts");
+        rt.setup(t, callee, 0x7ff8);
+        assert_eq!(rt.triggers, [Trigger::DumpBefore(1)]);
+        // The dump the trigger asks for must not see the callee: it has not run yet.
+        assert_eq!(t.run[R_IR], 2);
+        assert!(t.pending);
+        let callee_cc = t.last_bbcc.expect("callee cost centre") as usize;
+        assert_eq!(rt.bbccs[callee_cc].count, 0);
+        assert_eq!(rt.finished_counts()[callee_cc], 0);
+        rt.triggers.clear();
+        rt.charge_pending();
+        assert!(!t.pending);
+        assert_eq!(t.run[R_IR], 5);
+        assert_eq!(rt.bbccs[callee_cc].count, 1);
+        assert_eq!(
+            rt.finished_counts()[callee_cc],
+            0,
+            "charged, but still running"
+        );
+    }
+
+    #[test]
+    fn zero_of_one_thread_keeps_other_threads_and_running_blocks() {
+        let mut rt = simulating();
+        let (t1, t2) = (rt.thread(1), rt.thread_start(2));
+        // SAFETY: boxed states owned by `rt`; each is used through one reference.
+        let (t1, t2) = unsafe { (&mut *t1, &mut *t2) };
+        let a = block(0x1000, 2, JumpExit::Direct, Vec::new());
+        let b = block(0x1010, 3, JumpExit::None, Vec::new());
+        rt.setup(t1, a, 0x8000);
+        rt.setup(t1, b, 0x8000);
+        rt.setup(t2, a, 0x9000);
+        let cc = |t: &ThreadState| t.last_bbcc.expect("cost centre") as usize;
+        let (b1, a2) = (cc(t1), cc(t2));
+        let a1 = rt.jumps[0].from as usize;
+        assert_eq!(
+            (rt.bbccs[a1].th, rt.bbccs[b1].th, rt.bbccs[a2].th),
+            (0, 0, 1)
+        );
+        assert_eq!(rt.finished(), {
+            let mut v = vec![false; rt.bbccs.len()];
+            v[a1] = true;
+            v
+        });
+        // A dump of thread 1: its arcs are taken, then its costs zeroed.
+        let fin = rt.finished_counts();
+        assert_eq!(rt.take_jumps(Some(0), &fin).len(), 1);
+        let slot1 = rt.threads.iter().position(|x| x.key == 1);
+        rt.zero(slot1, true);
+        // Thread 1: the finished block is zeroed, the running one keeps its charge.
+        assert_eq!((rt.bbccs[a1].count, rt.bbccs[b1].count), (0, 1));
+        assert_eq!(t1.lastdump, t1.run);
+        // Thread 2's cost centres and last-dump cost are untouched.
+        assert_eq!(rt.bbccs[a2].count, 1);
+        assert_eq!(t2.lastdump[R_IR], 0);
+        // The jump arc counts again from zero.
+        rt.setup(t1, a, 0x8000);
+        rt.setup(t1, b, 0x8000);
+        let fin = rt.finished_counts();
+        let j = rt.take_jumps(Some(0), &fin);
+        assert_eq!(j.len(), 1);
+        assert_eq!((j[0].followed, j[0].executed), (1, None));
+        assert!(rt.take_jumps(Some(1), &fin).is_empty());
+    }
+
+    #[test]
+    fn jcnd_executions_are_finished_executions_with_eager_charging() {
+        let mut rt = simulating();
+        let t = rt.thread(1);
+        // SAFETY: as above.
+        let t = unsafe { &mut *t };
+        let a = block(0x1000, 3, JumpExit::Cond(0x1000), Vec::new());
+        for _ in 0..3 {
+            rt.setup(t, a, 0x8000);
+        }
+        // Three executions charged, the third still running: two finished, both taken.
+        let j = take_all(&mut rt);
+        assert_eq!(j.len(), 1);
+        assert_eq!((j[0].followed, j[0].executed), (2, Some(2)));
     }
 
     #[test]
