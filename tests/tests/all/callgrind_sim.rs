@@ -1,7 +1,8 @@
 //! `--tool=callgrind --cache-sim=yes` / `--branch-sim=yes`: event counts per source line of a
 //! stride kernel whose misses are known (analytic), per function against Valgrind's own file
 //! for the same run, the `events:` line, the summary/totals rule for the last block, and that
-//! `callgrind_annotate --inclusive=yes` reads the files.
+//! `callgrind_annotate --inclusive=yes` reads the files; and the simulations combined with
+//! `--separate-threads`, `--dump-before` and `--dump-every-bb` (per thread and per part).
 //!
 //! The guests are compiled here from the sources below (gcc; skipped with a message when gcc
 //! is missing), with explicit cache geometries so the host's caches do not matter.
@@ -430,4 +431,189 @@ fn callgrind_annotate_reads_the_files() {
             o.describe()
         );
     }
+}
+
+/// Runs `exe` under rgrind (or Valgrind, `vg`) with `--tool=callgrind`, the output file
+/// `<scratch>/clgsim/<name>/cg.out` and `opts`; returns every non-empty file it wrote, by name.
+fn profiles(vg: Option<&Path>, exe: &Path, name: &str, opts: &[&str]) -> BTreeMap<String, Profile> {
+    let dir = scratch_dir().join("clgsim").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let file = format!("--callgrind-out-file={}", dir.join("cg.out").display());
+    let mut all = vec!["--tool=callgrind", file.as_str()];
+    all.extend_from_slice(opts);
+    let cmd = Cmd::new(exe);
+    let o = match vg {
+        Some(v) => run_valgrind(v, &all, &cmd),
+        None => run_rgrind(&all, &cmd),
+    };
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let p = e.expect("dir entry").path();
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        if !text.is_empty() {
+            let n = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            out.insert(n.unwrap_or_default(), parse(&text));
+        }
+    }
+    out
+}
+
+/// The events of a file's self-cost lines, summed.
+fn self_sum(p: &Profile) -> Vec<u64> {
+    let mut acc = vec![0; p.events.len()];
+    for v in p.self_cost.values() {
+        add(&mut acc, v);
+    }
+    acc
+}
+
+/// `self` and `theirs` agree on function `f`: Ir exactly, the other events within 2% (or 3).
+fn same_fn(mine: &Profile, theirs: &Profile, f: &str, what: &str) {
+    assert_eq!(mine.events, theirs.events, "{what}");
+    for e in &mine.events {
+        let (a, b) = (mine.fn_ev(f, e), theirs.fn_ev(f, e));
+        if e == "Ir" {
+            assert_eq!(a, b, "{what}: self Ir of {f}");
+        } else {
+            assert!(
+                a.abs_diff(b) * 50 <= b || a.abs_diff(b) <= 3,
+                "{what}: {e} of {f}: {a} vs Valgrind's {b}"
+            );
+        }
+    }
+}
+
+#[test]
+fn separate_threads_with_cache_simulation_match_valgrind() {
+    let Some(exe) = build(
+        "clgsim_threads.c",
+        crate::callgrind_opts::THREADS_C,
+        &["-O1", "-pthread"],
+    ) else {
+        return;
+    };
+    let mut opts = vec!["--separate-threads=yes", "--cache-sim=yes"];
+    opts.extend(GEOMETRY);
+    let mine = profiles(None, &exe, "threads.rg", &opts);
+    assert_eq!(
+        mine.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cg.out-01", "cg.out-02", "cg.out-03"],
+        "one file per thread slot (the base file stays empty)"
+    );
+    for (n, p) in &mine {
+        assert_eq!(
+            p.events.join(" "),
+            "Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw",
+            "{n}"
+        );
+        // Each file holds its own thread's costs of every event.
+        assert_eq!(self_sum(p), p.totals, "{n}");
+        // The thread's last block ran but did not finish: in the summary, not the totals.
+        assert!(
+            p.ev(&p.summary, "Ir") > p.ev(&p.totals, "Ir"),
+            "{n}: {:?} {:?}",
+            p.summary,
+            p.totals
+        );
+    }
+    assert!(mine["cg.out-02"].fn_ev("work_a", "Ir") > 30000);
+    assert_eq!(mine["cg.out-01"].fn_ev("work_a", "Ir"), 0);
+    assert_eq!(mine["cg.out-03"].fn_ev("work_a", "Ir"), 0);
+
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let theirs = profiles(Some(&vg), &exe, "threads.vg", &opts);
+    assert_eq!(
+        mine.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
+    );
+    for (n, f) in [
+        ("cg.out-02", "work_a"),
+        ("cg.out-02", "work_c"),
+        ("cg.out-02", "ta"),
+        ("cg.out-03", "work_b"),
+        ("cg.out-03", "tb"),
+        ("cg.out-01", "main"),
+    ] {
+        same_fn(&mine[n], &theirs[n], f, n);
+    }
+    for n in mine.keys() {
+        let gap = |p: &Profile| p.ev(&p.summary, "Ir") - p.ev(&p.totals, "Ir");
+        assert_eq!(gap(&mine[n]), gap(&theirs[n]), "{n}: unfinished last block");
+    }
+}
+
+#[test]
+fn dump_before_with_cache_simulation_dumps_before_the_block_runs() {
+    let Some(exe) = build("clgsim_loop.c", crate::callgrind_opts::LOOP_C, &["-O0"]) else {
+        return;
+    };
+    let mut opts = vec!["--cache-sim=yes"];
+    opts.extend(GEOMETRY);
+    let whole = &profiles(None, &exe, "loop-whole.rg", &opts)["cg.out"];
+    opts.push("--dump-before=spin");
+    let mine = profiles(None, &exe, "loop-db.rg", &opts);
+    assert_eq!(
+        mine.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cg.out", "cg.out.1"]
+    );
+    let (before, after) = (&mine["cg.out.1"], &mine["cg.out"]);
+    // The dump comes before `spin`'s first block runs: part 1's running cost (summary) is
+    // exactly what it wrote, and `spin` is all in part 2.
+    assert_eq!(before.summary, before.totals, "part 1: summary and totals");
+    assert_eq!(before.fn_ev("spin", "Ir"), 0);
+    assert!(after.fn_ev("spin", "Ir") > 2_470_000 * 10);
+    // The two parts add up to the run without the trigger, event by event.
+    let mut sum = before.totals.clone();
+    add(&mut sum, &after.totals);
+    assert_eq!(sum, whole.totals);
+
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let theirs = profiles(Some(&vg), &exe, "loop-db.vg", &opts);
+    assert_eq!(
+        mine.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
+    );
+    let (tb, ta) = (&theirs["cg.out.1"], &theirs["cg.out"]);
+    assert_eq!(tb.summary, tb.totals, "Valgrind's part 1");
+    same_fn(before, tb, "main", "part 1");
+    same_fn(after, ta, "spin", "part 2");
+    same_fn(after, ta, "main", "part 2");
+}
+
+#[test]
+fn periodic_dumps_with_simulation_and_jumps_add_up_to_one_run() {
+    let Some(exe) = build("clgsim_loop2.c", crate::callgrind_opts::LOOP_C, &["-O0"]) else {
+        return;
+    };
+    let mut opts = vec!["--cache-sim=yes", "--branch-sim=yes", "--collect-jumps=yes"];
+    opts.extend(GEOMETRY);
+    let whole = &profiles(None, &exe, "loop-every-whole.rg", &opts)["cg.out"];
+    opts.push("--dump-every-bb=1000000");
+    let parts = profiles(None, &exe, "loop-every.rg", &opts);
+    assert_eq!(
+        parts.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cg.out", "cg.out.1", "cg.out.2"]
+    );
+    let mut sum = Vec::new();
+    for (n, p) in &parts {
+        assert_eq!(p.events.join(" "), FULL, "{n}");
+        assert_eq!(self_sum(p), p.totals, "{n}");
+        add(&mut sum, &p.totals);
+    }
+    assert_eq!(sum, whole.totals, "the parts add up to one run");
+    // A middle part is all loop (one 19-instruction block with one conditional branch per
+    // iteration, about N of them), and every block of it finished.
+    let mid = &parts["cg.out.2"];
+    assert_eq!(mid.summary, mid.totals);
+    let bc = mid.fn_ev("spin", "Bc");
+    assert!((990_000..=1_000_001).contains(&bc), "Bc of spin: {bc}");
+    assert_eq!(mid.fn_ev("spin", "Ir"), 19 * bc);
 }
