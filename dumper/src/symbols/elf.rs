@@ -375,13 +375,21 @@ fn read_lines(
             .and_then(|d| d.to_string_lossy().ok().map(|c| c.into_owned()))
             .unwrap_or_default();
         let mut state = program.rows();
+        // Rows of the current sequence start here; a row followed by another at the same
+        // address covers no byte and is dropped (Valgrind keeps only non-empty ranges), so a
+        // sequence's last row does not outlive its end for the code after it.
+        let mut seq_start = rows.len();
         while let Some((header, row)) = state.next_row()? {
+            if rows.len() > seq_start && rows.last().is_some_and(|r| r.addr == row.address()) {
+                rows.pop();
+            }
             if row.end_sequence() {
                 rows.push(Row {
                     addr: row.address(),
                     file: NO_FILE,
                     line: 0,
                 });
+                seq_start = rows.len();
                 continue;
             }
             let fidx = row.file_index();

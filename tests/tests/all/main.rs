@@ -6,6 +6,7 @@
 //! `target/debug/rgrind`). Nothing here is `#[ignore]`d; cases that need a program that is not
 //! installed say so on stdout and pass.
 
+mod annotate_vs_valgrind;
 mod bad_input;
 mod cachegrind;
 mod callgrind;
