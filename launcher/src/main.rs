@@ -111,10 +111,8 @@ fn run(s: Settings) -> ! {
                 .collect();
             match tools::callgrind::Callgrind::new(&s.tool_options, s.quiet, exe, args) {
                 Ok((t, lines)) => {
-                    startup = lines
-                        .into_iter()
-                        .map(tools::cachegrind::StartupLine::User)
-                        .collect();
+                    // Cache warnings (`--PID--`) and the interactive-control line (clgsim).
+                    startup = lines;
                     (tools::callgrind::Callgrind::BANNER, Box::new(t))
                 }
                 Err(lines) => fail(&lines),

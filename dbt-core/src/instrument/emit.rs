@@ -142,7 +142,7 @@ impl Plan {
         let has_data = self
             .ops
             .iter()
-            .any(|o| matches!(o, Op::Data { insn, .. } if *insn == i));
+            .any(|o| matches!(o, Op::Data { insn, .. } | Op::RepBranch { insn, .. } if *insn == i));
         has_data || (has_rep && f.rep == RepKind::Cond)
     }
 
@@ -258,9 +258,34 @@ impl Plan {
         }
         let done = a.new_dynamic_label();
         let top = a.new_dynamic_label();
+        let branch = self.ops.iter().find_map(|o| match *o {
+            Op::RepBranch {
+                insn,
+                helper,
+                invert_entry,
+            } if insn == i => Some((helper, invert_entry)),
+            _ => None,
+        });
+        let addr = f.addr;
+        dynasm!(a ; .arch x64 ; =>top);
+        if let Some((helper, invert)) = branch {
+            // The entry's `rcx == 0` branch (flag-free; the trampoline keeps the flags).
+            let (z, nz) = if invert { (0, 1) } else { (1, 0) };
+            dynasm!(a
+                ; .arch x64
+                ; gs mov QWORD [IS0], rax
+                ; mov eax, z
+                ; jrcxz >t
+                ; mov eax, nz
+                ; t:
+                ; gs mov QWORD [ARG1], rax
+            );
+            let back = a.new_dynamic_label();
+            helper_call(a, helper, addr, back);
+            dynasm!(a ; .arch x64 ; =>back ; gs mov rax, QWORD [IS0]);
+        }
         dynasm!(a
             ; .arch x64
-            ; =>top
             ; jrcxz >zero
             ; jmp >body
             ; zero:
@@ -287,6 +312,16 @@ impl Plan {
         }
         a.extend(single.iter().copied());
         dynasm!(a ; .arch x64 ; lea rcx, [rcx - 1]);
+        if let (true, Some((helper, _))) = (cond, branch) {
+            // The branch that repeats: repe goes on while ZF = 1, repne while ZF = 0.
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+            let setcc = if repe { 0x94 } else { 0x95 };
+            a.extend([0x0f, setcc, 0xc0, 0x0f, 0xb6, 0xc0]); // setcc al; movzx eax, al
+            dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
+            let back = a.new_dynamic_label();
+            helper_call(a, helper, addr, back);
+            dynasm!(a ; .arch x64 ; =>back ; gs mov rax, QWORD [IS0]);
+        }
         if cond {
             if repe {
                 dynasm!(a ; .arch x64 ; jne =>done);

@@ -185,6 +185,13 @@ pub(crate) enum Op {
         arg1: CallArg,
         arg2: u64,
     },
+    /// Callgrind (clgsim): the guest branches of a `rep` string instruction, reported at each
+    /// entry and, for `repe`/`repne`, after each iteration.
+    RepBranch {
+        insn: usize,
+        helper: Helper,
+        invert_entry: bool,
+    },
     /// Callgrind (clgspeed): `fast` (integer-only) first; `slow` only if it returned non-zero.
     CallFallback {
         insn: usize,
@@ -325,6 +332,20 @@ impl Instrumenter {
             slow,
             arg1,
             arg2,
+        });
+    }
+
+    /// For a `rep` string instruction `insn`: calls `helper(arg0, taken, addr)` (`addr` the
+    /// instruction's address) for each branch VEX makes of it, in execution order: at every
+    /// entry the `rcx == 0` test (`taken` = 1 when rcx is 0, inverted when `invert_entry`),
+    /// and for `repe`/`repne`, after every iteration, the test that repeats it (`taken` = 1
+    /// when it goes on). The instruction then runs as a loop. Added for Callgrind's branch
+    /// simulation (clgsim).
+    pub fn rep_branch(&mut self, insn: usize, helper: Helper, invert_entry: bool) {
+        self.ops.push(Op::RepBranch {
+            insn,
+            helper,
+            invert_entry,
         });
     }
 

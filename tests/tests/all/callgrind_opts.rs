@@ -82,7 +82,7 @@ const JUMP_FNS: &[&str] = &[
 
 /// Threads with fixed Valgrind thread ids: A (2) waits until B (3) has run; C, created after
 /// both ended, reuses slot 2.
-const THREADS_C: &str = r#"
+pub(crate) const THREADS_C: &str = r#"
 #include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -110,7 +110,7 @@ int main(void) {
 "#;
 
 /// About 2.5 million blocks in one loop (at -O0 each iteration is one block).
-const LOOP_C: &str = r#"
+pub(crate) const LOOP_C: &str = r#"
 #include <stdio.h>
 __attribute__((noinline)) long spin(long n) { long s = 0; for (long i = 0; i < n; i++) s += i % 7; return s; }
 int main(void) { printf("%ld\n", spin(2470000)); return 0; }
@@ -379,12 +379,22 @@ fn jump_arcs_match_valgrind() {
         let Some(exe) = build(&format!("clg_jumps{opt}"), JUMPS_C, &[opt]) else {
             return;
         };
-        for instr in [true, false] {
+        // With both simulations too: eager charging must not change the arcs' counts.
+        for (instr, sim) in [(true, false), (false, false), (false, true)] {
             let mut opts = vec!["--collect-jumps=yes"];
             if instr {
                 opts.push("--dump-instr=yes");
             }
-            let label = format!("clg_jumps{opt}_{instr}");
+            if sim {
+                opts.extend([
+                    "--cache-sim=yes",
+                    "--branch-sim=yes",
+                    "--I1=32768,8,64",
+                    "--D1=32768,8,64",
+                    "--LL=8388608,16,64",
+                ]);
+            }
+            let label = format!("clg_jumps{opt}_{instr}_{sim}");
             let (rd, vd) = (
                 fresh_dir(&format!("{label}.rg")),
                 fresh_dir(&format!("{label}.vg")),

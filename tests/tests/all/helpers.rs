@@ -15,6 +15,11 @@ const INTEGER_ONLY: &[&str] = &[
     "cachegrind::cg_cond",
     "cachegrind::cg_ind",
     "callgrind::clg_setup_fast",
+    // callgrind's simulator helpers (clgsim).
+    "callgrind::clg_fetch",
+    "callgrind::clg_data",
+    "callgrind::clg_cond",
+    "callgrind::clg_ind",
 ];
 
 fn bad_register(r: Register) -> bool {

@@ -11,6 +11,7 @@ mod bad_input;
 mod cachegrind;
 mod callgrind;
 mod callgrind_opts;
+mod callgrind_sim;
 mod exit;
 mod guest_env;
 mod helpers;

@@ -179,7 +179,8 @@ pub enum StartupLine {
     User(String),
 }
 
-fn mru(flat: *const cachesim::FlatCache) -> MruCache {
+/// The inline-check constants of a cache level (shared with callgrind).
+pub(crate) fn mru(flat: *const cachesim::FlatCache) -> MruCache {
     // SAFETY: `flat` comes from `Hierarchy::flat_ptr_of` on a leaked, live hierarchy.
     let f = unsafe { &*flat };
     MruCache {
@@ -347,9 +348,18 @@ impl Cachegrind {
 }
 
 /// The data references Cachegrind makes for access `k` of `v`: (what to simulate, is a
-/// write), plus how many extra reads count without simulation (the second, always-hitting
-/// read of a locked read-modify-write).
-fn data_refs(v: &InsnView, k: usize, min_line: u64) -> (Vec<(DataRef, bool)>, u64) {
+/// write), plus how many extra reads and writes count without simulation (the second,
+/// always-hitting access of a locked read-modify-write).
+///
+/// Shared with callgrind (`callgrind`: Callgrind's rules, where VEX's "modify" is counted as
+/// a write: a read-modify-write is one Dw, `cmpxchg` one Dw, a locked RMW a simulated read
+/// plus an always-hitting write, XSAVE's XSTATE_BV update a write).
+pub(crate) fn data_refs(
+    v: &InsnView,
+    k: usize,
+    min_line: u64,
+    callgrind: bool,
+) -> (Vec<(DataRef, bool)>, u64, u64) {
     use iced_x86::Mnemonic as M;
     let a = v.accesses[k];
     let clamp = |s: u64| s.clamp(1, min_line) as u32;
@@ -370,29 +380,36 @@ fn data_refs(v: &InsnView, k: usize, min_line: u64) -> (Vec<(DataRef, bool)>, u6
         let mut r = vec![one(0, 160, write), one(24, 4, write)];
         r.extend((0..16).map(|i| one(160 + 16 * i, 16, write)));
         if ymm {
-            r.push(one(512, 8, false));
+            // XSAVE updates XSTATE_BV (a modify: Callgrind counts it as a write).
+            r.push(one(512, 8, callgrind && write));
             r.extend((0..16).map(|i| one(576 + 16 * i, 16, write)));
         }
         r
     };
     match m {
-        M::Fxsave | M::Fxsave64 => return (state(true, false), 0),
-        M::Fxrstor | M::Fxrstor64 => return (state(false, false), 0),
+        M::Fxsave | M::Fxsave64 => return (state(true, false), 0, 0),
+        M::Fxrstor | M::Fxrstor64 => return (state(false, false), 0, 0),
         M::Xsave | M::Xsave64 | M::Xsavec | M::Xsavec64 | M::Xsaveopt | M::Xsaveopt64 => {
-            return (state(true, true), 0)
+            return (state(true, true), 0, 0)
         }
-        M::Xrstor | M::Xrstor64 => return (state(false, true), 0),
+        M::Xrstor | M::Xrstor64 => return (state(false, true), 0, 0),
         _ => {}
     }
     let size = u64::from(a.size);
     match a.kind {
-        AccessKind::Read => (vec![one(0, size, false)], 0),
-        AccessKind::Write => (vec![one(0, size, true)], 0),
+        AccessKind::Read => (vec![one(0, size, false)], 0, 0),
+        AccessKind::Write => (vec![one(0, size, true)], 0, 0),
         AccessKind::Modify => {
             let cas_only = matches!(m, M::Cmpxchg | M::Cmpxchg8b | M::Cmpxchg16b);
             let extra = u64::from(v.locked && !cas_only);
             let size = if m == M::Cmpxchg16b { 16 } else { size };
-            (vec![one(0, size, false)], extra)
+            if callgrind {
+                // Callgrind: explicit load (a read) then the CAS (a modify = write), or the
+                // modify alone.
+                (vec![one(0, size, extra == 0)], 0, extra)
+            } else {
+                (vec![one(0, size, false)], extra, 0)
+            }
         }
     }
 }
@@ -434,7 +451,7 @@ impl Tool for Cachegrind {
                 }
                 last_line = Some(last);
                 for k in 0..v.accesses.len() {
-                    let (refs, extra_reads) = data_refs(v, k, c.min_line);
+                    let (refs, extra_reads, _) = data_refs(v, k, c.min_line, false);
                     dr += extra_reads;
                     for (dref, write) in refs {
                         let slot = if write { at(S_D1MW) } else { at(S_D1MR) };

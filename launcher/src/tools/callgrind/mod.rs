@@ -22,17 +22,28 @@
 //! * The periodic dump runs inside `clg_setup` (on the helper stack, with rgrind's FS), reaching
 //!   the tool through `TOOL`, which `instrument` points at the tool's place in the core's box.
 //!
-//! Not done yet: cache and branch simulation events (`--cache-sim=yes`/`--branch-sim=yes` are
-//! refused), signal frames, `--collect-systime`/`--collect-bus`. See `docs/callgrind.md`.
+//! With `--cache-sim=yes` / `--branch-sim=yes` the block also gets the inline
+//! most-recently-used-way checks (I1 per line, D1 per access) and branch-predictor calls
+//! cachegrind uses; their out-of-line helpers (`clg_fetch`, `clg_data`, `clg_cond`, `clg_ind`,
+//! integer-only) add misses and mispredicts to the current cost centre through
+//! [`runtime::add_miss`]. Ir, Dr, Dw, Bc and Bi are derived from execution counts. All
+//! options combine: cost centres are partitioned by thread slot and carry every event.
+//!
+//! Not done yet: signal frames, `--collect-systime`, `--collect-bus`, `--simulate-wb`,
+//! `--simulate-hwpref`, `--cacheuse`. See `docs/callgrind.md`.
 pub mod options;
 pub mod runtime;
 
 use super::cachegrind::modules::Modules;
+use super::cachegrind::StartupLine;
+use cachesim::{BranchPredictor, CacheGeometry, CacheLevel, Hierarchy};
 use dbt_core::tool::{
-    BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, Instrumenter, RepKind, Tool,
+    BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, Instrumenter, MruCache, RepKind,
+    Tool,
 };
 use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
-use runtime::{BlockInfo, Exit, FnFlags, JumpExit, Runtime, ThreadState, Trigger};
+use runtime::{BlockInfo, Exit, FnFlags, InsnStat, JumpExit, Runtime, ThreadState, Trigger};
+use runtime::{N_STATIC, RUN, R_BC, R_BI, R_DR, R_DW, R_IR, R_MISS};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
@@ -47,6 +58,71 @@ pub const START_INSTRUMENTATION: u64 = 0x4354_0004;
 pub const STOP_INSTRUMENTATION: u64 = 0x4354_0005;
 
 static RT: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
+static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
+static BP: AtomicPtr<BranchPredictor> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Miss slots (see [`runtime::CUR_BASE`]); an LL miss slot is its L1 slot + 3.
+const SLOT_I1MR: u64 = 0;
+const SLOT_D1MR: u64 = 1;
+const SLOT_D1MW: u64 = 2;
+
+/// Helper argument 0: instruction `i`, miss slot `slot`.
+fn slot_arg(i: usize, slot: u64) -> u64 {
+    ((i as u64) << 8) | slot
+}
+
+/// Counts an outcome of the cache simulator (1: L1 miss, 2: LL miss too).
+fn count_outcome(arg: u64, outcome: u32) {
+    if outcome >= 1 {
+        runtime::add_miss(arg, outcome >= 2);
+    }
+}
+
+/// I1 slow path (`arg`: instruction and slot, see [`slot_arg`]). Integer-only.
+extern "C" fn clg_fetch(arg: u64, addr: u64, size: u64) -> u64 {
+    let h = HIER.load(Ordering::Relaxed);
+    if !h.is_null() {
+        // SAFETY: HIER is set once, before guest code runs, to a leaked Hierarchy used only by
+        // translated code (guest threads run one at a time).
+        count_outcome(arg, unsafe { cachesim::raw::cachesim_fetch(h, addr, size) });
+    }
+    0
+}
+
+/// D1 slow path (read or write: the slot in `arg` says which). Integer-only.
+extern "C" fn clg_data(arg: u64, addr: u64, size: u64) -> u64 {
+    let h = HIER.load(Ordering::Relaxed);
+    if !h.is_null() {
+        // SAFETY: as in `clg_fetch`.
+        count_outcome(arg, unsafe { cachesim::raw::cachesim_data(h, addr, size) });
+    }
+    0
+}
+
+/// Conditional branch at `addr`, `taken` 0/1. Integer-only.
+extern "C" fn clg_cond(arg: u64, taken: u64, addr: u64) -> u64 {
+    let p = BP.load(Ordering::Relaxed);
+    if !p.is_null() {
+        // SAFETY: BP is set once before guest code runs to a leaked predictor used only from
+        // translated code.
+        if unsafe { cachesim::raw::cachesim_cond_branch(p, addr, taken) } != 0 {
+            runtime::add_miss(arg, false);
+        }
+    }
+    0
+}
+
+/// Indirect jump or call at `addr` to `target`. Integer-only.
+extern "C" fn clg_ind(arg: u64, target: u64, addr: u64) -> u64 {
+    let p = BP.load(Ordering::Relaxed);
+    if !p.is_null() {
+        // SAFETY: as in `clg_cond`.
+        if unsafe { cachesim::raw::cachesim_ind_branch(p, addr, target) } != 0 {
+            runtime::add_miss(arg, false);
+        }
+    }
+    0
+}
 static LAST_KEY: AtomicU64 = AtomicU64::new(0);
 static LAST_THREAD: AtomicPtr<ThreadState> = AtomicPtr::new(core::ptr::null_mut());
 /// The tool itself (inside the core's `Box<dyn Tool>`, which never moves), for the periodic
@@ -154,6 +230,14 @@ struct FnNode {
     name: String,
 }
 
+/// The simulated caches' inline-check constants and `desc:` values.
+struct Caches {
+    i1: MruCache,
+    d1: MruCache,
+    min_line: u64,
+    geometry: [CacheGeometry; 3],
+}
+
 pub struct Callgrind {
     opts: options::ClOptions,
     quiet: bool,
@@ -171,6 +255,11 @@ pub struct Callgrind {
     dumps: u32,
     bbs_done: u64,
     base: Option<String>,
+    caches: Option<Caches>,
+    /// Slots of the branch mispredicts (`Bcm`; `Bim` is the next) when simulating branches.
+    branch_slot: Option<u64>,
+    /// Sum of everything dumped (`Collected :`), output event order.
+    collected: Vec<u64>,
 }
 
 // SAFETY: the raw pointers are leaked BlockInfo values, only read; the tool is used under the
@@ -184,20 +273,54 @@ impl Callgrind {
     ];
 
     /// Builds the tool; returns it and the lines to print after the banner, or Valgrind's
-    /// error lines for a bad option.
+    /// error lines for a bad option or an unsupported cache.
     pub fn new(
         tool_options: &[(String, String)],
         quiet: bool,
         exe: String,
         args: Vec<String>,
-    ) -> Result<(Callgrind, Vec<String>), Vec<String>> {
+    ) -> Result<(Callgrind, Vec<StartupLine>), Vec<String>> {
         let opts = options::parse(tool_options).map_err(|e| e.0)?;
-        let mut rt = Runtime::default();
-        rt.skip_direct_rec = opts.skip_direct_rec;
-        rt.collect_atstart = opts.collect_atstart;
+        let mut lines = Vec::new();
+        let caches = if opts.cache_sim {
+            // Same geometry rules, warnings and simulator as cachegrind.
+            let resolved = match cachesim::detect_host().resolve(&opts.caches) {
+                Ok(r) => r,
+                Err(u) => {
+                    let mut l = u.warnings;
+                    l.extend(u.messages);
+                    return Err(l);
+                }
+            };
+            lines.extend(resolved.warnings.iter().cloned().map(StartupLine::Debug));
+            lines.extend(resolved.messages.iter().cloned().map(StartupLine::User));
+            let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll)
+                .map_err(|e| vec![format!("cache configuration not supported: {e}")])?;
+            let min_line = h.min_line_size();
+            let raw = Box::into_raw(h);
+            HIER.store(raw, Ordering::Relaxed);
+            Some(Caches {
+                i1: super::cachegrind::mru(Hierarchy::flat_ptr_of(raw, CacheLevel::I1)),
+                d1: super::cachegrind::mru(Hierarchy::flat_ptr_of(raw, CacheLevel::D1)),
+                min_line,
+                geometry: [resolved.i1, resolved.d1, resolved.ll],
+            })
+        } else {
+            None
+        };
+        if opts.branch_sim {
+            BP.store(Box::into_raw(BranchPredictor::new()), Ordering::Relaxed);
+        }
+        let mut rt = Runtime::new(opts.skip_direct_rec, opts.collect_atstart);
+        rt.set_simulation(opts.cache_sim, opts.branch_sim);
         rt.collect_jumps = opts.collect_jumps;
         rt.separate_threads = opts.separate_threads;
         rt.set_dump_every(opts.dump_every_bb);
+        let branch_slot = opts
+            .branch_sim
+            .then(|| rt.miss_events.iter().position(|&e| e == "Bcm"))
+            .flatten()
+            .map(|p| p as u64);
         RT.store(Box::into_raw(Box::new(rt)), Ordering::Relaxed);
         let instrumenting = opts.instr_atstart;
         let cwd = std::env::current_dir().unwrap_or_default();
@@ -217,7 +340,11 @@ impl Callgrind {
             dumps: 0,
             bbs_done: 0,
             base: None,
+            caches,
+            branch_slot,
+            collected: Vec::new(),
         };
+        t.collected = vec![0; t.events().len()];
         // Callgrind creates the output file at startup (checks it is writable).
         let base = t.base_name().map_err(|e| vec![e])?;
         let _ = std::fs::OpenOptions::new()
@@ -226,7 +353,9 @@ impl Callgrind {
             .write(true)
             .open(&base);
         t.base = Some(base);
-        let lines = vec!["For interactive control, run 'callgrind_control -h'.".to_string()];
+        lines.push(StartupLine::User(
+            "For interactive control, run 'callgrind_control -h'.".to_string(),
+        ));
         Ok((t, lines))
     }
 
@@ -335,6 +464,20 @@ impl Callgrind {
                 }
             }
         }
+        let insn_stat: Vec<InsnStat> = b.insns.iter().map(|v| self.insn_stat(v)).collect();
+        let mut stat = [0u64; N_STATIC];
+        stat[R_IR] = b.insns.len() as u64;
+        for (v, st) in b.insns.iter().zip(&insn_stat) {
+            if v.rep == RepKind::None {
+                stat[R_DR] += st.dr;
+                stat[R_DW] += st.dw;
+            } else {
+                // The first entry's `rcx == 0` exit.
+                stat[R_BC] += 1;
+            }
+            stat[R_BC] += u64::from(st.cond) + u64::from(st.cas_exit);
+            stat[R_BI] += u64::from(st.ind);
+        }
         let info = Box::new(BlockInfo {
             addr: b.start,
             last_insn: last.map_or(b.start, |v| v.addr),
@@ -359,23 +502,170 @@ impl Callgrind {
                 .filter(|v| v.rep != RepKind::None)
                 .map(|v| v.rep == RepKind::Cond)
                 .collect(),
+            insn_stat,
+            insn_rep: b.insns.iter().map(|v| v.rep).collect(),
+            stat,
+            fast_miss: std::cell::Cell::new(core::ptr::null_mut()),
         });
         let p = Box::into_raw(info) as *const BlockInfo;
         self.blocks.insert((b.start, b.end), p);
         p
     }
 
+    /// What instruction `v` statically does (Callgrind's counting rules).
+    fn insn_stat(&self, v: &dbt_core::tool::InsnView) -> InsnStat {
+        use iced_x86::Mnemonic as M;
+        let cas_only = matches!(v.insn.mnemonic(), M::Cmpxchg | M::Cmpxchg8b | M::Cmpxchg16b);
+        let mut st = InsnStat {
+            cond: v.flow == FlowKind::CondBranch,
+            ind: matches!(v.flow, FlowKind::IndirectJump | FlowKind::IndirectCall),
+            // VEX turns a locked read-modify-write (not cmpxchg) into a CAS followed by a
+            // conditional exit back to the instruction when it failed.
+            cas_exit: v.locked
+                && !cas_only
+                && v.accesses
+                    .iter()
+                    .any(|a| a.kind == dbt_core::tool::AccessKind::Modify),
+            ..InsnStat::default()
+        };
+        let min_line = self.caches.as_ref().map_or(64, |c| c.min_line);
+        for k in 0..v.accesses.len() {
+            let (refs, extra_r, extra_w) = super::cachegrind::data_refs(v, k, min_line, true);
+            for (_, write) in refs {
+                if write {
+                    st.dw += 1;
+                } else {
+                    st.dr += 1;
+                }
+            }
+            st.dr += extra_r;
+            st.dw += extra_w;
+        }
+        st
+    }
+
+    /// The inline cache checks and branch-predictor calls of one translation.
+    fn instrument_sim(&self, b: &BlockView, ins: &mut Instrumenter) {
+        let mut last_line = None;
+        for (i, v) in b.insns.iter().enumerate() {
+            if let Some(c) = &self.caches {
+                let first = v.addr >> c.i1.line_bits;
+                let last = (v.addr + u64::from(v.len.max(1)) - 1) >> c.i1.line_bits;
+                // Later fetches from the line just fetched are MRU hits.
+                if last_line != Some(first) || first != last {
+                    let h = Helper {
+                        func: clg_fetch,
+                        arg0: slot_arg(i, SLOT_I1MR),
+                        integer_only: true,
+                    };
+                    ins.fetch_check(i, c.i1, h);
+                }
+                last_line = Some(last);
+                for k in 0..v.accesses.len() {
+                    let (refs, _, _) = super::cachegrind::data_refs(v, k, c.min_line, true);
+                    for (dref, write) in refs {
+                        let slot = if write { SLOT_D1MW } else { SLOT_D1MR };
+                        let h = Helper {
+                            func: clg_data,
+                            arg0: slot_arg(i, slot),
+                            integer_only: true,
+                        };
+                        ins.data_check(i, dref, c.d1, h);
+                    }
+                }
+            }
+            if let Some(bs) = self.branch_slot {
+                let cond = Helper {
+                    func: clg_cond,
+                    arg0: slot_arg(i, bs),
+                    integer_only: true,
+                };
+                if v.rep != RepKind::None {
+                    // VEX's exits of a `rep` instruction: Callgrind inverts the `rcx == 0`
+                    // test when it is the block's last exit (plain `rep`).
+                    ins.rep_branch(i, cond, v.rep == RepKind::Plain);
+                }
+                if self.insn_stat(v).cas_exit {
+                    // The CAS retry exit, not taken (no other writer: threads run serially).
+                    ins.call(i, cond, CallArg::Imm(0), v.addr);
+                }
+                match v.flow {
+                    FlowKind::CondBranch => ins.call(
+                        i,
+                        Helper {
+                            func: clg_cond,
+                            arg0: slot_arg(i, bs),
+                            integer_only: true,
+                        },
+                        CallArg::Taken,
+                        v.addr,
+                    ),
+                    FlowKind::IndirectJump | FlowKind::IndirectCall => ins.call(
+                        i,
+                        Helper {
+                            func: clg_ind,
+                            arg0: slot_arg(i, bs + 1),
+                            integer_only: true,
+                        },
+                        CallArg::Target,
+                        v.addr,
+                    ),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The events written, in Callgrind's order, each with its index in the running-cost
+    /// layout (`runtime::RUN`).
+    fn event_map(&self) -> Vec<(&'static str, usize)> {
+        let mut out = vec![("Ir", R_IR)];
+        let miss = |name: &str| {
+            self.runtime()
+                .and_then(|rt| rt.miss_events.iter().position(|&e| e == name))
+                .map(|p| R_MISS + p)
+        };
+        if self.caches.is_some() {
+            out.push(("Dr", R_DR));
+            out.push(("Dw", R_DW));
+            for e in ["I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw"] {
+                if let Some(i) = miss(e) {
+                    out.push((e, i));
+                }
+            }
+        }
+        if self.branch_slot.is_some() {
+            for (e, i) in [
+                ("Bc", Some(R_BC)),
+                ("Bcm", miss("Bcm")),
+                ("Bi", Some(R_BI)),
+                ("Bim", miss("Bim")),
+            ] {
+                if let Some(i) = i {
+                    out.push((e, i));
+                }
+            }
+        }
+        out
+    }
+
     fn events(&self) -> Vec<String> {
-        vec!["Ir".to_string()]
+        self.event_map().iter().map(|e| e.0.to_string()).collect()
     }
 
     /// Builds the dump data from the runtime's cost centres and arcs of partition `th`
-    /// (`None`: all); takes the jump arcs to write.
+    /// (`None`: all): self costs of cost centres with a finished execution
+    /// ([`Runtime::finished_counts`]), skipped-function costs of all; takes the jump arcs to
+    /// write.
     fn collect(&self, rt: &mut Runtime, th: Option<u32>) -> CallgrindData {
-        let mut jumps = rt.take_jumps(th);
+        let done = rt.finished_counts();
+        let mut jumps = rt.take_jumps(th, &done);
         // Callgrind writes a function's blocks by start address, each exit's newest arc first.
         jumps.sort_by_key(|j| (j.cxt, j.rec, j.block, std::cmp::Reverse(j.seq)));
         let rt: &Runtime = rt;
+        let map = self.event_map();
+        let project = |r: &[u64; RUN]| -> Vec<u64> { map.iter().map(|&(_, i)| r[i]).collect() };
+        let n_ev = map.len();
         let mut d = CallgrindData::default();
         for c in &rt.cxts {
             d.contexts.push(FnContext {
@@ -388,33 +678,66 @@ impl Callgrind {
             });
         }
         let mut costs: BTreeMap<(usize, u32, u64), Vec<u64>> = BTreeMap::new();
-        for b in &rt.bbccs {
-            if (b.count == 0 && b.skipped == 0) || th.is_some_and(|x| x != b.th) {
+        let add = |costs: &mut BTreeMap<(usize, u32, u64), Vec<u64>>, key, r: &[u64; RUN]| {
+            let e = costs.entry(key).or_insert_with(|| vec![0; n_ev]);
+            for (x, y) in e.iter_mut().zip(project(r)) {
+                *x += y;
+            }
+        };
+        let s = rt.miss_slots;
+        for (id, b) in rt.bbccs.iter().enumerate() {
+            let skipped = b.skipped.iter().any(|&x| x != 0);
+            let fin = done.get(id).is_some_and(|&n| n > 0);
+            if (!fin && !skipped) || th.is_some_and(|x| x != b.th) {
                 continue;
             }
             // SAFETY: leaked BlockInfo.
             let info = unsafe { &*b.bb };
             let (cx, rec) = (b.cxt as usize, b.rec);
-            if b.count > 0 {
+            // Self costs only with a finished execution (they stay for a later dump
+            // otherwise, see `Runtime::finished`); skipped-function costs always.
+            if fin {
                 for (i, &a) in info.insn_addrs.iter().enumerate() {
-                    let mut ir = b.count;
-                    if let Some(k) = info.rep.iter().position(|&(ri, _)| ri == i) {
-                        // The first entry is counted with the block.
-                        ir = b.count + b.rep_extra[k];
+                    let c = b.count;
+                    let st = info.insn_stat.get(i).copied().unwrap_or_default();
+                    let kind = info.insn_rep.get(i).copied().unwrap_or(RepKind::None);
+                    // The first entry of a `rep` is counted with the block.
+                    let (extra, iters) = info
+                        .rep
+                        .iter()
+                        .position(|&(ri, _)| ri == i)
+                        .map_or((0, 0), |k| (b.rep_extra[k], b.rep_iters[k]));
+                    let per = match kind {
+                        RepKind::None => c,
+                        RepKind::Plain => extra,
+                        RepKind::Cond => iters,
+                    };
+                    let mut r = [0u64; RUN];
+                    r[R_IR] = c + extra;
+                    r[R_DR] = per * st.dr;
+                    r[R_DW] = per * st.dw;
+                    r[R_BC] = match kind {
+                        RepKind::None => 0,
+                        RepKind::Plain => c + extra,
+                        RepKind::Cond => c + extra + iters,
+                    } + if st.cond { c } else { 0 }
+                        + if st.cas_exit { c } else { 0 };
+                    r[R_BI] = if st.ind { c } else { 0 };
+                    for m in 0..s {
+                        r[R_MISS + m] = b.miss.get(i * s + m).copied().unwrap_or(0);
                     }
-                    costs.entry((cx, rec, a)).or_insert_with(|| vec![0])[0] += ir;
+                    add(&mut costs, (cx, rec, a), &r);
                 }
             }
-            if b.skipped > 0 {
-                costs
-                    .entry((cx, rec, info.last_insn))
-                    .or_insert_with(|| vec![0])[0] += b.skipped;
+            if skipped {
+                add(&mut costs, (cx, rec, info.last_insn), &b.skipped);
             }
         }
         d.costs = costs;
         for j in &rt.jccs {
             let (f, t) = (&rt.bbccs[j.from as usize], &rt.bbccs[j.to as usize]);
-            if j.incl == 0 || th.is_some_and(|x| x != f.th) {
+            let inclusive = project(&j.incl);
+            if inclusive.iter().all(|&x| x == 0) || th.is_some_and(|x| x != f.th) {
                 continue;
             }
             // SAFETY: leaked BlockInfo.
@@ -426,7 +749,7 @@ impl Callgrind {
                 to_ctx: t.cxt as usize,
                 to_rec: t.rec,
                 count: j.count,
-                inclusive: vec![j.incl],
+                inclusive,
             });
         }
         d.jumps = jumps
@@ -481,29 +804,51 @@ impl Callgrind {
     }
 
     /// Writes the file of one part: everything (`slot` None) or the thread slot's costs.
-    fn write_part(&self, rt: &mut Runtime, trigger: Option<&str>, part: u32, slot: Option<usize>) {
+    fn write_part(
+        &mut self,
+        rt: &mut Runtime,
+        trigger: Option<&str>,
+        part: u32,
+        slot: Option<usize>,
+    ) {
         let sym = dumper::Symbolizer::new(self.modules.infos());
         let th = slot.and_then(|i| rt.threads.get(i)).map(|t| (t.th, t.tid));
         let mut data = self.collect(rt, th.map(|x| x.0));
         let cmd = dumper::callgrind::callgrind_cmd(&self.exe, &self.args);
+        let desc: Vec<String> = match &self.caches {
+            Some(c) => c.geometry.iter().map(|g| g.desc()).collect(),
+            None => vec![String::new(); 3],
+        };
         data.header = dumper::callgrind::callgrind_header(
             u64::from(std::process::id()),
             &cmd,
             u64::from(part),
             th.map(|x| u64::from(x.1)),
-            ["", "", ""],
+            [&desc[0], &desc[1], &desc[2]],
             (self.bbs_done, rt.bb_executions),
             trigger.unwrap_or("Program termination"),
             self.events(),
         );
-        let summary: u64 = rt
+        // The summary is the running cost since the last dump of the threads written (it
+        // includes a held back cost centre); `Collected :` is what the dumps wrote.
+        let map = self.event_map();
+        let mut summary = vec![0u64; map.len()];
+        for (_, t) in rt
             .threads
             .iter()
             .enumerate()
             .filter(|(i, _)| slot.is_none_or(|s| s == *i))
-            .map(|(_, t)| t.cost.wrapping_sub(t.lastdump_cost))
-            .sum();
-        data.header.summary = Some(vec![summary]);
+        {
+            for (s, &(_, i)) in summary.iter_mut().zip(&map) {
+                *s = s.wrapping_add(t.run[i].wrapping_sub(t.lastdump[i]));
+            }
+        }
+        data.header.summary = Some(summary);
+        for c in data.costs.values() {
+            for (x, y) in self.collected.iter_mut().zip(c) {
+                *x += y;
+            }
+        }
         let base = match &self.base {
             Some(b) => b.clone(),
             None => match self.base_name() {
@@ -547,6 +892,9 @@ impl Callgrind {
         }
     }
 
+    /// Acts on the function entry/exit triggers met by the block-start routine, then charges
+    /// the entered block (with `--cache-sim=yes` its charge waits for them, as Callgrind's
+    /// dump comes before the block runs).
     fn handle_triggers(&mut self) {
         let Some(rt) = self.runtime() else { return };
         let trig = std::mem::take(&mut rt.triggers);
@@ -564,6 +912,7 @@ impl Callgrind {
                 }
             }
         }
+        rt.charge_pending();
     }
 
     /// Zeroes the running thread's costs (all costs unless `--separate-threads=yes`, where
@@ -594,6 +943,8 @@ impl Tool for Callgrind {
         }
         TOOL.store(self, Ordering::Relaxed);
         let info = self.block_info(b, ins);
+        // The block-start routine first: it points the simulator helpers at this block's
+        // cost centre.
         ins.call_with_fallback(
             0,
             Helper {
@@ -609,6 +960,9 @@ impl Tool for Callgrind {
             CallArg::Sp,
             u64::from(self.opts.collect_jumps),
         );
+        if self.caches.is_some() || self.branch_slot.is_some() {
+            self.instrument_sim(b, ins);
+        }
     }
 
     fn client_request(&mut self, args: &[u64; 6]) -> ClientReply {
@@ -628,8 +982,7 @@ impl Tool for Callgrind {
                 let key = dbt_core::tool::thread_key();
                 // SAFETY: tool hooks run with the guest stopped.
                 if let Some((rt, t)) = unsafe { runtime_and_thread(key) } {
-                    t.collect = !t.collect;
-                    rt.refresh_fast(t);
+                    rt.toggle_collect(t);
                 }
             }
             START_INSTRUMENTATION | STOP_INSTRUMENTATION => {
@@ -640,6 +993,12 @@ impl Tool for Callgrind {
                 self.instrumenting = on;
                 if let Some(rt) = self.runtime() {
                     rt.unwind_all();
+                }
+                let h = HIER.load(Ordering::Relaxed);
+                if !h.is_null() {
+                    // Callgrind clears the simulated caches when instrumentation switches.
+                    // SAFETY: the leaked hierarchy; guest code is stopped in this hook.
+                    unsafe { (*h).clear() };
                 }
                 return ClientReply {
                     value: Some(0),
@@ -670,22 +1029,34 @@ impl Tool for Callgrind {
 
     fn fini(&mut self, reason: FiniReason) {
         self.handle_triggers();
-        let total: u64 = self
-            .runtime()
-            .map_or(0, |rt| rt.threads.iter().map(|t| t.cost).sum());
         self.dump(None, false);
         if self.quiet || reason == FiniReason::Exec {
             return;
         }
+        let total = &self.collected;
+        let names = self.events();
         crate::log::line("");
-        crate::log::line("Events    : Ir");
-        crate::log::line(&format!("Collected : {total}"));
+        crate::log::line(&format!("Events    : {}", names.join(" ")));
+        let vals: Vec<String> = total.iter().map(u64::to_string).collect();
+        crate::log::line(&format!("Collected : {}", vals.join(" ")));
         crate::log::line("");
+        let get = |n: &str| names.iter().position(|x| x == n).map_or(0, |i| total[i]);
         let t = super::cachegrind::summary::Totals {
-            ir: total,
-            ..Default::default()
+            ir: get("Ir"),
+            i1mr: get("I1mr"),
+            ilmr: get("ILmr"),
+            dr: get("Dr"),
+            d1mr: get("D1mr"),
+            dlmr: get("DLmr"),
+            dw: get("Dw"),
+            d1mw: get("D1mw"),
+            dlmw: get("DLmw"),
+            bc: get("Bc"),
+            bcm: get("Bcm"),
+            bi: get("Bi"),
+            bim: get("Bim"),
         };
-        for l in super::cachegrind::summary::lines(&t, false, false) {
+        for l in summary_lines(&t, self.caches.is_some(), self.branch_slot.is_some()) {
             crate::log::line(&l);
         }
     }
@@ -695,6 +1066,22 @@ impl Tool for Callgrind {
 fn current_slot(rt: &Runtime) -> Option<usize> {
     let cur = LAST_THREAD.load(Ordering::Relaxed);
     rt.threads.iter().position(|x| core::ptr::eq(&**x, cur))
+}
+
+/// Callgrind's end-of-run summary: Cachegrind's layout with `rd + wr` and `x%   + y%`
+/// spacing in the cache lines (`cachesim_printstat`); the branch lines are the same.
+fn summary_lines(t: &super::cachegrind::summary::Totals, cache: bool, branch: bool) -> Vec<String> {
+    super::cachegrind::summary::lines(t, cache, branch)
+        .into_iter()
+        .map(|l| {
+            if l.starts_with('D') || l.starts_with("LL") {
+                l.replace(" rd   + ", " rd + ")
+                    .replace("%     + ", "%   + ")
+            } else {
+                l
+            }
+        })
+        .collect()
 }
 
 /// Reads a NUL-terminated guest string (at most 4 KiB).

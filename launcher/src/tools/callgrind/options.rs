@@ -229,6 +229,8 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
                 if parse_bool(n, v)? {
                     unsupported.push(format!("{n}=yes"));
                 }
+                // Any simulator option switches the cache simulation on (Callgrind's clo.c).
+                o.cache_sim = true;
             }
             _ => {
                 if let Some(k) = n.strip_prefix("--separate-recs") {
@@ -252,6 +254,8 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
                     CacheLevel::D1 => o.caches.d1 = Some(g),
                     CacheLevel::LL => o.caches.ll = Some(g),
                 }
+                // A cache geometry is a simulator option: it switches the simulation on.
+                o.cache_sim = true;
             }
         }
     }
@@ -259,20 +263,14 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
         // --toggle-collect implies --collect-atstart=no.
         o.collect_atstart = false;
     }
-    // Accepted with their default (harnesses pass them), refused when they ask for something
-    // rgrind's callgrind does not do yet: a clear error, never silently different output.
-    for (on, what) in [
-        (o.cache_sim, "--cache-sim=yes"),
-        (o.branch_sim, "--branch-sim=yes"),
-    ] {
-        if on {
-            unsupported.push(what.to_string());
-        }
-    }
+    // Options rgrind's callgrind does not do yet (`--simulate-wb/--simulate-hwpref/--cacheuse`,
+    // `--collect-systime`, `--collect-bus`) are accepted with their default (harnesses pass
+    // them) and refused when they ask for more: a clear error, never silently different output.
     if let Some(first) = unsupported.first() {
         return Err(OptionError(vec![
-            format!("callgrind: {first} is not implemented in rgrind yet (only Ir is collected)"),
-            "use --tool=cachegrind --cache-sim=yes --branch-sim=yes for cache and branch events"
+            format!("callgrind: {first} is not implemented in rgrind yet"),
+            "supported: Ir, --cache-sim=yes, --branch-sim=yes, --collect-jumps=yes, \
+             --separate-threads=yes, --dump-every-bb=N"
                 .to_string(),
         ]));
     }
@@ -305,8 +303,9 @@ mod tests {
     #[test]
     fn unimplemented_features_are_refused_not_ignored() {
         for (n, v) in [
-            ("--cache-sim", "yes"),
-            ("--branch-sim", "yes"),
+            ("--simulate-wb", "yes"),
+            ("--simulate-hwpref", "yes"),
+            ("--cacheuse", "yes"),
             ("--collect-systime", "nsec"),
             ("--collect-bus", "yes"),
         ] {
@@ -343,6 +342,22 @@ mod tests {
         // As Valgrind: a negative count wraps to a huge one (no periodic dump).
         let o = parse(&opts(&[("--dump-every-bb", "-5")])).unwrap();
         assert_eq!(o.dump_every_bb, u64::MAX - 4);
+    }
+
+    #[test]
+    fn simulator_options_switch_the_cache_simulation_on() {
+        let o = parse(&opts(&[("--cache-sim", "yes"), ("--branch-sim", "yes")])).unwrap();
+        assert!(o.cache_sim && o.branch_sim);
+        let o = parse(&opts(&[("--I1", "32768,8,64")])).unwrap();
+        assert!(o.cache_sim && !o.branch_sim);
+        assert_eq!(o.caches.i1.map(|g| g.size), Some(32768));
+        // Later options win, as in Valgrind.
+        let o = parse(&opts(&[("--I1", "32768,8,64"), ("--cache-sim", "no")])).unwrap();
+        assert!(!o.cache_sim);
+        let o = parse(&opts(&[("--cache-sim", "no"), ("--LL", "8388608,16,64")])).unwrap();
+        assert!(o.cache_sim);
+        let o = parse(&opts(&[("--simulate-wb", "no")])).unwrap();
+        assert!(o.cache_sim);
     }
 
     #[test]

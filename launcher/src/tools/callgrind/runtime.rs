@@ -7,8 +7,18 @@
 //! # Invariants
 //! * Only the helper routine (`clg_setup`, guest threads run one at a time) and the tool's
 //!   hooks (under the core lock, guest stopped) touch a [`Runtime`]; never both at once.
-//! * A block is charged when the next block of its thread starts, as Callgrind does without
-//!   cache simulation, so the very last block before the process ends is not counted.
+//! * Without cache simulation a block is charged when the next block of its thread starts, as
+//!   Callgrind does, so the very last block before the process ends is not counted. With
+//!   `--cache-sim=yes` ([`Runtime::eager`]) a block is charged when it starts (Callgrind's
+//!   simulator helpers count as the block runs). Callgrind still counts an execution as
+//!   finished only when the next block starts (with collection on), and dumps and zeroes
+//!   only cost centres with a finished execution; [`Runtime::finished`] reproduces that
+//!   (so the last block before exit is left out of the totals but not of the summary).
+//! * Hits cost nothing at run time: Ir, Dr, Dw, Bc and Bi of a cost centre follow from its
+//!   execution count and what each instruction statically does ([`InsnStat`]); only misses
+//!   and mispredicts are counted by the simulator helpers, into the current cost centre's
+//!   per-instruction array ([`Bbcc::miss`], found through [`CUR_BASE`]) and into the thread's
+//!   running cost ([`ThreadState::run`], through [`CUR_THREAD`]).
 //! * Contexts, cost centres and arcs are numbered in creation order (Callgrind's ids follow).
 //! * [`Runtime::setup_fast`] is an exact shortcut of [`Runtime::setup`] for the common case
 //!   (the previous block ended in a plain jump or fall-through, within the same object and
@@ -33,9 +43,98 @@
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
 //! switched to the returned-to function).
+use dbt_core::tool::RepKind;
 use std::cell::Cell;
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+
+/// Words of a running cost ([`ThreadState::run`], [`Jcc::incl`]): the static events
+/// `Ir Dr Dw Bc Bi` (indices [`R_IR`]..=[`R_BI`]), then up to 8 run-time slots from
+/// [`R_MISS`] on (misses and mispredicts, in the order of [`Runtime::miss_events`]).
+pub const RUN: usize = 13;
+pub const R_IR: usize = 0;
+pub const R_DR: usize = 1;
+pub const R_DW: usize = 2;
+pub const R_BC: usize = 3;
+pub const R_BI: usize = 4;
+pub const R_MISS: usize = 5;
+/// Static events per block execution (Ir Dr Dw Bc Bi).
+pub const N_STATIC: usize = 5;
+
+/// Where the simulator helpers add a miss of instruction `i`, slot `s` (encoded in their
+/// first argument as `i << 8 | s`): `CUR_BASE + i * CUR_STRIDE + s` (the current cost
+/// centre's [`Bbcc::miss`], or a skipped-function sink with stride 0; null: not collecting),
+/// and `CUR_THREAD + s` (the running thread's [`ThreadState::run`] from [`R_MISS`]).
+/// Written by `setup` (guest threads run one at a time), read by the helpers.
+pub static CUR_BASE: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
+pub static CUR_STRIDE: AtomicU64 = AtomicU64::new(0);
+pub static CUR_THREAD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Adds one to miss slot `slot` of instruction `idx` (see [`CUR_BASE`]), and to slot
+/// `slot + 3` too when `ll` (the LL miss that follows an L1 miss). Integer-only.
+#[inline(always)]
+pub fn add_miss(arg: u64, ll: bool) {
+    let base = CUR_BASE.load(Ordering::Relaxed);
+    if base.is_null() {
+        return;
+    }
+    let (idx, slot) = (arg >> 8, (arg & 0xff) as usize);
+    let off = (idx.wrapping_mul(CUR_STRIDE.load(Ordering::Relaxed)) as usize).wrapping_add(slot);
+    let th = CUR_THREAD.load(Ordering::Relaxed);
+    // SAFETY: `CUR_BASE`/`CUR_THREAD` point into a boxed cost centre's miss array (which has
+    // `n_insns * stride` slots, `idx < n_insns`, `slot (+3) < stride`) or a skipped-cost sink
+    // (stride 0, `RUN - R_MISS` slots) and a boxed thread's running cost; the arrays are
+    // never freed and only the running guest thread's helpers touch them.
+    unsafe {
+        *base.add(off) += 1;
+        *th.add(slot) += 1;
+        if ll {
+            *base.add(off + 3) += 1;
+            *th.add(slot + 3) += 1;
+        }
+    }
+}
+
+/// `acc[..n] += now[..n] - then[..n]` (wrapping; volatile: no vector registers in the fast path).
+#[inline(always)]
+fn add_diff(acc: &mut [u64; RUN], now: &[u64; RUN], then: &[u64; RUN], n: usize) {
+    for ((a, x), y) in acc.iter_mut().zip(now.iter()).zip(then.iter()).take(n) {
+        // SAFETY: references to live words.
+        unsafe {
+            let v = core::ptr::read_volatile(a).wrapping_add(
+                core::ptr::read_volatile(x).wrapping_sub(core::ptr::read_volatile(y)),
+            );
+            core::ptr::write_volatile(a, v);
+        }
+    }
+}
+
+/// `acc[..n] += add[..n]` (volatile, as [`add_diff`]).
+#[inline(always)]
+fn add_cost(acc: &mut [u64], add: &[u64], n: usize) {
+    for (a, x) in acc.iter_mut().zip(add.iter()).take(n) {
+        // SAFETY: references to live words.
+        unsafe {
+            let v = core::ptr::read_volatile(a).wrapping_add(core::ptr::read_volatile(x));
+            core::ptr::write_volatile(a, v);
+        }
+    }
+}
+
+/// What one instruction statically does per execution (per iteration for `rep`), for the
+/// events derived from execution counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InsnStat {
+    /// Data reads and writes as Callgrind counts them (a read-modify-write is one write).
+    pub dr: u64,
+    pub dw: u64,
+    /// A conditional branch (`Bc`), an indirect jump or call (`Bi`).
+    pub cond: bool,
+    pub ind: bool,
+    /// A locked read-modify-write: VEX's compare-and-swap retry exit is one more `Bc`.
+    pub cas_exit: bool,
+}
 
 /// A multiply-xor hasher for the small integer keys of the hot-path tables (SipHash costs
 /// more than the rest of `setup` together).
@@ -132,6 +231,14 @@ pub struct BlockInfo {
     /// For each `rep` (same order as `rep`): whether it is `repe`/`repne`, whose counter pair's
     /// second word counts iterations.
     pub rep_cond: Vec<bool>,
+    /// Per instruction: static data accesses and branch kind (with simulation).
+    pub insn_stat: Vec<InsnStat>,
+    /// Per instruction: its `rep` kind.
+    pub insn_rep: Vec<RepKind>,
+    /// Static events per execution, `Ir Dr Dw Bc Bi` (`rep` iterations excluded).
+    pub stat: [u64; N_STATIC],
+    /// The miss array of the cost centre in `fast_count`'s entry (null without simulation).
+    pub fast_miss: Cell<*mut u64>,
 }
 
 /// The key of a (context, recursion level, thread partition) triple in
@@ -189,8 +296,18 @@ pub struct Bbcc {
     pub count: u64,
     /// Extra entries of each `rep` instruction (same order as `BlockInfo::rep`).
     pub rep_extra: Vec<u64>,
-    /// Cost of skipped functions called from here (`--skip-plt`, `--fn-skip`).
-    pub skipped: u64,
+    /// Iterations of each `repe`/`repne` instruction (same order).
+    pub rep_iters: Vec<u64>,
+    /// Cost of skipped functions called from here (`--skip-plt`, `--fn-skip`), in the
+    /// running-cost layout ([`RUN`]); its miss slots are a stride-0 sink for the helpers.
+    pub skipped: [u64; RUN],
+    /// Misses and mispredicts per instruction: `n_insns * miss_slots` words (empty without
+    /// simulation), in [`Runtime::miss_events`] order.
+    pub miss: Box<[u64]>,
+    /// With eager charging: finished executions counted by Callgrind minus executions
+    /// charged, for executions during which collection was toggled (a
+    /// `CALLGRIND_TOGGLE_COLLECT` ending the block); see [`Runtime::finished`].
+    pub adj: i64,
     /// The last call arc from here: `(callee cost centre << 32) | arc` (`u64::MAX`: none),
     /// for the fast path of a real call.
     pub last_call: u64,
@@ -264,14 +381,15 @@ pub struct Jcc {
     pub from: u32,
     pub to: u32,
     pub count: u64,
-    pub incl: u64,
+    /// Inclusive cost, running-cost layout ([`RUN`]).
+    pub incl: [u64; RUN],
 }
 
 struct Entry {
     jcc: Option<u32>,
     sp: u64,
     ret_addr: u64,
-    enter_cost: u64,
+    enter_cost: [u64; RUN],
     cxt: Option<u32>,
     fn_sp: usize,
     nonskipped: Option<u32>,
@@ -293,14 +411,17 @@ pub struct ThreadState {
     stack: Vec<Entry>,
     fn_stack: Vec<u32>,
     cxt: Option<u32>,
-    /// Running Ir.
-    pub cost: u64,
-    /// Running Ir at the last dump or zeroing.
-    pub lastdump_cost: u64,
+    /// Running cost ([`RUN`] layout: Ir first).
+    pub run: [u64; RUN],
+    /// Running cost at the last dump or zeroing.
+    pub lastdump: [u64; RUN],
     last_bbcc: Option<u32>,
     fn_active: Vec<u32>,
     nonskipped: Option<u32>,
     pub collect: bool,
+    /// With eager charging: the block just entered is not charged yet because a trigger
+    /// (`--dump-before/--dump-after/--zero-before`) must act first ([`Runtime::charge_pending`]).
+    pub pending: bool,
     fast: Fast,
 }
 
@@ -328,6 +449,15 @@ pub struct Runtime {
     pub bb_executions: u64,
     pub skip_direct_rec: bool,
     pub collect_atstart: bool,
+    /// `--cache-sim=yes`: blocks are charged when they start (see the module invariants).
+    pub eager: bool,
+    /// Words of the running cost in use: 1 (Ir only) or `N_STATIC + miss_slots`.
+    pub n_cost: usize,
+    /// Run-time slots per instruction (0 without simulation, 6 for the caches, 2 for
+    /// branches).
+    pub miss_slots: usize,
+    /// The names of those slots, in order (`I1mr D1mr D1mw ILmr DLmr DLmw`, then `Bcm Bim`).
+    pub miss_events: Vec<&'static str>,
     /// Triggers met since the tool last looked.
     pub triggers: Vec<Trigger>,
     /// `--collect-jumps=yes`: jump arcs are recorded (by the slow path only).
@@ -359,6 +489,10 @@ impl Default for Runtime {
             bb_executions: 0,
             skip_direct_rec: false,
             collect_atstart: true,
+            eager: false,
+            n_cost: 1,
+            miss_slots: 0,
+            miss_events: Vec::new(),
             triggers: Vec::new(),
             collect_jumps: false,
             separate_threads: false,
@@ -403,12 +537,13 @@ impl Runtime {
             stack: Vec::with_capacity(256),
             fn_stack: Vec::with_capacity(256),
             cxt: None,
-            cost: 0,
-            lastdump_cost: 0,
+            run: [0; RUN],
+            lastdump: [0; RUN],
             last_bbcc: None,
             fn_active: Vec::new(),
             nonskipped: None,
             collect: self.collect_atstart,
+            pending: false,
             fast: Fast::default(),
         }));
         let last = self.threads.len() - 1;
@@ -466,7 +601,9 @@ impl Runtime {
         let b = self.get_bbcc_slow(bb, cxt, rec, th);
         bb.last.set((cxt, rec, b));
         bb.fast_key.set(fast_key(cxt, rec, th));
-        bb.fast_count.set(&mut self.bbccs[b as usize].count);
+        let c = &mut self.bbccs[b as usize];
+        bb.fast_count.set(&mut c.count);
+        bb.fast_miss.set(Self::miss_ptr(c));
         b
     }
 
@@ -483,7 +620,10 @@ impl Runtime {
             th,
             count: 0,
             rep_extra: vec![0; bb.rep.len()],
-            skipped: 0,
+            rep_iters: vec![0; bb.rep.len()],
+            skipped: [0; RUN],
+            adj: 0,
+            miss: vec![0; bb.n_insns as usize * self.miss_slots].into_boxed_slice(),
             last_call: u64::MAX,
             last_jump: u64::MAX,
         }));
@@ -500,10 +640,76 @@ impl Runtime {
             from,
             to,
             count: 0,
-            incl: 0,
+            incl: [0; RUN],
         });
         self.jcc_map.insert((from, to), id);
         id
+    }
+
+    /// A new runtime: Ir only, until [`Runtime::set_simulation`].
+    pub fn new(skip_direct_rec: bool, collect_atstart: bool) -> Runtime {
+        Runtime {
+            skip_direct_rec,
+            collect_atstart,
+            n_cost: 1,
+            ..Runtime::default()
+        }
+    }
+
+    /// Switches on cache simulation (`--cache-sim=yes`: eager charging, six miss slots)
+    /// and/or branch simulation (two mispredict slots). Call before any block runs.
+    pub fn set_simulation(&mut self, cache: bool, branch: bool) {
+        let mut ev = Vec::new();
+        if cache {
+            ev.extend(["I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw"]);
+        }
+        if branch {
+            ev.extend(["Bcm", "Bim"]);
+        }
+        self.eager = cache;
+        self.miss_slots = ev.len();
+        self.n_cost = if ev.is_empty() {
+            1
+        } else {
+            N_STATIC + ev.len()
+        };
+        self.miss_events = ev;
+    }
+
+    /// The miss array of a cost centre (null when there is none).
+    fn miss_ptr(c: &mut Bbcc) -> *mut u64 {
+        if c.miss.is_empty() {
+            core::ptr::null_mut()
+        } else {
+            c.miss.as_mut_ptr()
+        }
+    }
+
+    /// Points the simulator helpers at the thread's current cost centre (or the skipped
+    /// sink, or nowhere when not collecting). See [`CUR_BASE`].
+    fn set_cur(&mut self, t: &mut ThreadState) {
+        if self.miss_slots == 0 {
+            return;
+        }
+        CUR_THREAD.store(t.run[R_MISS..].as_mut_ptr(), Ordering::Relaxed);
+        let (base, stride) = match (t.collect, t.nonskipped, t.last_bbcc) {
+            (false, _, _) => (core::ptr::null_mut(), 0),
+            (true, Some(ns), _) => (self.bbccs[ns as usize].skipped[R_MISS..].as_mut_ptr(), 0),
+            (true, None, Some(b)) => (Self::miss_ptr(&mut self.bbccs[b as usize]), self.miss_slots),
+            (true, None, None) => (core::ptr::null_mut(), 0),
+        };
+        CUR_BASE.store(base, Ordering::Relaxed);
+        CUR_STRIDE.store(stride as u64, Ordering::Relaxed);
+    }
+
+    /// Charges one execution of `bb` to the running cost and to `count` (fast path: no
+    /// `rep` extras, no skipped state).
+    #[inline(always)]
+    fn charge_fast(&self, t: &mut ThreadState, bb: &BlockInfo, count: *mut u64) {
+        add_cost(&mut t.run, &bb.stat, self.n_cost.min(N_STATIC));
+        // SAFETY: a boxed cost centre's counter (`Runtime::bbccs` never drops them); guest
+        // threads run one at a time.
+        unsafe { *count = (*count).wrapping_add(1) };
     }
 
     fn bb_of(&self, bbcc: u32) -> &'static BlockInfo {
@@ -546,7 +752,8 @@ impl Runtime {
                 *a = a.saturating_sub(1);
             }
             let depth = *a;
-            self.jccs[j as usize].incl += t.cost.wrapping_sub(e.enter_cost);
+            let n = self.n_cost;
+            add_diff(&mut self.jccs[j as usize].incl, &t.run, &e.enter_cost, n);
             t.cxt = e.cxt;
             t.fn_stack.truncate(e.fn_sp);
             if depth == 0 {
@@ -616,7 +823,7 @@ impl Runtime {
             jcc,
             sp,
             ret_addr,
-            enter_cost: t.cost,
+            enter_cost: t.run,
             cxt: saved.0,
             fn_sp: saved.1,
             nonskipped: t.nonskipped,
@@ -687,18 +894,41 @@ impl Runtime {
                 }
             }
         }
-        let f = &mut t.fast;
         self.bb_executions = self.bb_executions.wrapping_add(1);
-        if t.collect {
-            t.cost = t.cost.wrapping_add(lbb.n_insns);
-            // SAFETY: a boxed cost centre's counter (`Runtime::bbccs` never drops them); guest
-            // threads run one at a time.
-            unsafe { *f.last_count = (*f.last_count).wrapping_add(1) };
-        }
-        f.last_bb = bb;
-        f.last_count = bb.fast_count.get();
+        self.fast_charge_prev(t, lbb);
+        t.fast.last_bb = bb;
+        t.fast.last_count = bb.fast_count.get();
         t.last_bbcc = Some(bb.last.get().2);
+        self.fast_enter(t, bb);
         true
+    }
+
+    /// Fast path, before the transition: without cache simulation the previous block is
+    /// charged now (see the module invariants).
+    #[inline(always)]
+    fn fast_charge_prev(&self, t: &mut ThreadState, lbb: &BlockInfo) {
+        if !self.eager && t.collect {
+            let c = t.fast.last_count;
+            self.charge_fast(t, lbb, c);
+        }
+    }
+
+    /// Fast path, after the transition: with cache simulation the new block is charged now;
+    /// the simulator helpers are pointed at its cost centre.
+    #[inline(always)]
+    fn fast_enter(&self, t: &mut ThreadState, bb: &BlockInfo) {
+        if self.eager && t.collect {
+            self.charge_fast(t, bb, bb.fast_count.get());
+        }
+        if self.miss_slots != 0 {
+            let base = if t.collect {
+                bb.fast_miss.get()
+            } else {
+                core::ptr::null_mut()
+            };
+            CUR_BASE.store(base, Ordering::Relaxed);
+            CUR_STRIDE.store(self.miss_slots as u64, Ordering::Relaxed);
+        }
     }
 
     /// The fast path for a block reached by a real call (the previous block ended in a
@@ -797,30 +1027,29 @@ impl Runtime {
         // Commit: charge the previous block, push the context and the frame (as `push_cxt`
         // and `push_call`), enter `bb`.
         self.bb_executions = self.bb_executions.wrapping_add(1);
-        if t.collect {
-            t.cost = t.cost.wrapping_add(lbb.n_insns);
-            // SAFETY: see `setup_fast`.
-            unsafe { *t.fast.last_count = (*t.fast.last_count).wrapping_add(1) };
-        }
+        self.fast_charge_prev(t, lbb);
         if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
             *a = a_new;
         }
         if let Some(jc) = self.jccs.get_mut(j as usize) {
             jc.count = jc.count.wrapping_add(1);
         }
-        let entry = Entry {
-            jcc: Some(j),
-            sp,
-            ret_addr: lbb.end,
-            enter_cost: t.cost,
-            cxt: Some(old_cxt),
-            fn_sp: fsp,
-            nonskipped: None,
-        };
-        // SAFETY: `n < capacity` (checked above), so the slot is allocated; it is written
-        // before the length covers it.
+        // SAFETY: `n < capacity` (checked above), so the slot is allocated; every field is
+        // written (the cost word by word: no vector registers here) before the length
+        // covers it.
         unsafe {
-            t.stack.as_mut_ptr().add(n).write(entry);
+            let e = t.stack.as_mut_ptr().add(n);
+            core::ptr::addr_of_mut!((*e).jcc).write(Some(j));
+            core::ptr::addr_of_mut!((*e).sp).write(sp);
+            core::ptr::addr_of_mut!((*e).ret_addr).write(lbb.end);
+            core::ptr::addr_of_mut!((*e).cxt).write(Some(old_cxt));
+            core::ptr::addr_of_mut!((*e).fn_sp).write(fsp);
+            core::ptr::addr_of_mut!((*e).nonskipped).write(None);
+            let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
+            for k in 0..RUN {
+                let v = if k < self.n_cost { t.run[k] } else { 0 };
+                core::ptr::write_volatile(ec.add(k), v);
+            }
             t.stack.set_len(n + 1);
         }
         if push_fn {
@@ -838,6 +1067,7 @@ impl Runtime {
             top_sp: sp,
             key: self.summary_key(t),
         };
+        self.fast_enter(t, bb);
         true
     }
 
@@ -872,7 +1102,7 @@ impl Runtime {
         let (Some(j), Some(new_cxt), None) = (top.jcc, top.cxt, top.nonskipped) else {
             return false;
         };
-        let (enter_cost, fn_sp) = (top.enter_cost, top.fn_sp);
+        let fn_sp = top.fn_sp;
         let Some(jcc) = self.jccs.get(j as usize) else {
             return false;
         };
@@ -930,14 +1160,10 @@ impl Runtime {
         }
         // Commit: charge the previous block, pop the frame (as `pop`), enter `bb`.
         self.bb_executions = self.bb_executions.wrapping_add(1);
-        let f = &mut t.fast;
-        if t.collect {
-            t.cost = t.cost.wrapping_add(lbb.n_insns);
-            // SAFETY: see `setup_fast`.
-            unsafe { *f.last_count = (*f.last_count).wrapping_add(1) };
-        }
-        if let Some(jcc) = self.jccs.get_mut(j as usize) {
-            jcc.incl = jcc.incl.wrapping_add(t.cost.wrapping_sub(enter_cost));
+        self.fast_charge_prev(t, lbb);
+        let nc = self.n_cost;
+        if let (Some(jcc), Some(top)) = (self.jccs.get_mut(j as usize), t.stack.get(n - 1)) {
+            add_diff(&mut jcc.incl, &t.run, &top.enter_cost, nc);
         }
         if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
             *a = a_new;
@@ -953,6 +1179,7 @@ impl Runtime {
             top_sp: next_sp,
             key: self.summary_key(t),
         };
+        self.fast_enter(t, bb);
         true
     }
 
@@ -1003,6 +1230,7 @@ impl Runtime {
             top_sp: t.stack.last().map_or(u64::MAX, |e| e.sp),
             key,
         };
+        self.set_cur(t);
     }
 
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
@@ -1019,21 +1247,30 @@ impl Runtime {
         if let Some(lb) = last {
             let lbb = self.bb_of(lb);
             jk = lbb.exit;
-            let mut n = lbb.n_insns;
+            // Lazy charging: the whole previous block; eager: only its `rep` extras (they
+            // happened while it ran).
+            let mut add = if self.eager { [0; N_STATIC] } else { lbb.stat };
             let skipped = t.nonskipped.is_some();
             let count_here = t.collect && !skipped;
             for (k, &(i, ctr)) in lbb.rep.iter().enumerate() {
-                // SAFETY: `ctr` and the word after it are the `rep`'s counter pair in the
+                // SAFETY: `ctr` and `ctr + 1` are the entries and iterations slots of the
                 // block's process-lifetime cost array; guest threads run one at a time.
                 let (extra, iters) = unsafe {
                     (
                         core::mem::take(&mut *ctr),
-                        core::mem::take(&mut *ctr.wrapping_add(1)),
+                        core::mem::take(&mut *ctr.add(1)),
                     )
                 };
-                n += extra;
+                let st = lbb.insn_stat.get(i).copied().unwrap_or_default();
+                let cond = lbb.insn_rep.get(i) == Some(&RepKind::Cond);
+                let per = if cond { iters } else { extra };
+                add[R_IR] += extra;
+                add[R_DR] += per * st.dr;
+                add[R_DW] += per * st.dw;
+                add[R_BC] += extra + if cond { iters } else { 0 };
                 if count_here {
                     self.bbccs[lb as usize].rep_extra[k] += extra;
+                    self.bbccs[lb as usize].rep_iters[k] += iters;
                 }
                 // Callgrind's blocks end at a `rep`, which then runs alone `extra` more
                 // times; the rest of the block is one more block.
@@ -1046,10 +1283,11 @@ impl Runtime {
                 }
             }
             if t.collect {
-                t.cost += n;
+                let ns_static = self.n_cost.min(N_STATIC);
+                add_cost(&mut t.run, &add, ns_static);
                 if let Some(ns) = t.nonskipped {
-                    self.bbccs[ns as usize].skipped += n;
-                } else {
+                    add_cost(&mut self.bbccs[ns as usize].skipped, &add, ns_static);
+                } else if !self.eager {
                     self.bbccs[lb as usize].count += 1;
                 }
             }
@@ -1178,6 +1416,39 @@ impl Runtime {
             }
         }
         t.last_bbcc = Some(bbcc);
+        if self.eager && t.collect {
+            // Eager charging: the new block, after the call or return it completes. A trigger
+            // met on the way acts before the block runs, as in Callgrind: the charge waits.
+            if self.triggers.is_empty() {
+                self.charge_entered(t);
+            } else {
+                t.pending = true;
+            }
+        }
+    }
+
+    /// Eager charging of the block `t` just entered (its `last_bbcc`).
+    fn charge_entered(&mut self, t: &mut ThreadState) {
+        let Some(b) = t.last_bbcc else { return };
+        let stat = self.bb_of(b).stat;
+        add_cost(&mut t.run, &stat, N_STATIC);
+        match t.nonskipped {
+            Some(ns) => add_cost(&mut self.bbccs[ns as usize].skipped, &stat, N_STATIC),
+            None => self.bbccs[b as usize].count += 1,
+        }
+    }
+
+    /// Charges the blocks whose eager charge waited for the triggers (see
+    /// [`ThreadState::pending`]); the tool calls it once it has acted on them.
+    pub fn charge_pending(&mut self) {
+        for ti in 0..self.threads.len() {
+            let tp: *mut ThreadState = &mut *self.threads[ti];
+            // SAFETY: the box stays in place; `charge_entered` does not touch `self.threads`.
+            let t = unsafe { &mut *tp };
+            if core::mem::take(&mut t.pending) {
+                self.charge_entered(t);
+            }
+        }
     }
 
     fn next_seq(&mut self) -> u64 {
@@ -1314,14 +1585,17 @@ impl Runtime {
         }
     }
 
-    /// The jump arcs to write for partition `th` (`None`: all): those of cost centres that
-    /// ran since the last dump; their counts restart. Others keep counting, as Callgrind
-    /// writes and clears only the arcs of the blocks it writes.
-    pub fn take_jumps(&mut self, th: Option<u32>) -> Vec<JumpOut> {
+    /// The jump arcs to write for partition `th` (`None`: all): those of cost centres with
+    /// a finished execution since the last dump (`finished`: [`Runtime::finished_counts`]);
+    /// their counts restart. Others keep counting, as Callgrind writes and clears only the
+    /// arcs of the blocks it writes. A `jcnd=` arc's executions are its source's finished
+    /// executions.
+    pub fn take_jumps(&mut self, th: Option<u32>, finished: &[u64]) -> Vec<JumpOut> {
         let mut out = Vec::new();
         for j in &mut self.jumps {
             let f = &self.bbccs[j.from as usize];
-            if th.is_some_and(|x| x != f.th) || f.count == 0 {
+            let done = finished.get(j.from as usize).copied().unwrap_or(0);
+            if th.is_some_and(|x| x != f.th) || done == 0 {
                 continue;
             }
             if j.followed > 0 {
@@ -1337,7 +1611,7 @@ impl Runtime {
                     rec: f.rec,
                     from_addr: fb.last_insn,
                     to_addr: tb.addr,
-                    executed: j.cond.then_some(f.count),
+                    executed: j.cond.then_some(done),
                     followed: j.followed,
                     block,
                     seq: j.seq,
@@ -1387,56 +1661,102 @@ impl Runtime {
     /// Adds the cost since entry of every active call to its arc (before a dump), for the
     /// thread slot at index `only` or all.
     pub fn flush_active(&mut self, only: Option<usize>) {
-        for ti in 0..self.threads.len() {
+        let n = self.n_cost;
+        for (ti, t) in self.threads.iter_mut().enumerate() {
             if only.is_some_and(|o| o != ti) {
                 continue;
             }
-            let cost = self.threads[ti].cost;
-            let mut adds = Vec::new();
-            for e in self.threads[ti].stack.iter_mut() {
+            let run = t.run;
+            for e in t.stack.iter_mut() {
                 if let Some(j) = e.jcc {
-                    adds.push((j, cost.wrapping_sub(e.enter_cost)));
-                    e.enter_cost = cost;
+                    add_diff(&mut self.jccs[j as usize].incl, &run, &e.enter_cost, n);
+                    e.enter_cost = run;
                 }
-            }
-            for (j, d) in adds {
-                self.jccs[j as usize].incl += d;
             }
         }
     }
 
+    /// Per cost centre: its executions Callgrind has seen finish since the last dump or
+    /// zeroing (its `ecounter_sum`). Callgrind dumps and zeroes only cost centres with one;
+    /// the others keep their costs for later. Without eager charging that is `count`; with
+    /// it, a thread's current block (charged, not finished) does not count, and `adj`
+    /// corrects for collection toggled during an execution.
+    pub fn finished_counts(&self) -> Vec<u64> {
+        let mut done: Vec<i64> = self
+            .bbccs
+            .iter()
+            .map(|b| b.count as i64 + if self.eager { b.adj } else { 0 })
+            .collect();
+        if self.eager {
+            for t in &self.threads {
+                if let (true, None, Some(b), false) =
+                    (t.collect, t.nonskipped, t.last_bbcc, t.pending)
+                {
+                    done[b as usize] -= 1;
+                }
+            }
+        }
+        done.into_iter().map(|d| d.max(0) as u64).collect()
+    }
+
+    /// Per cost centre: whether it has a finished execution ([`Runtime::finished_counts`]).
+    pub fn finished(&self) -> Vec<bool> {
+        self.finished_counts().into_iter().map(|d| d > 0).collect()
+    }
+
+    /// `CALLGRIND_TOGGLE_COLLECT` ends the current block of `t`: with eager charging, that
+    /// block was charged (or not) under the old setting but finishes under the new one.
+    pub fn toggle_collect(&mut self, t: &mut ThreadState) {
+        if let (true, None, Some(b)) = (self.eager, t.nonskipped, t.last_bbcc) {
+            self.bbccs[b as usize].adj += if t.collect { -1 } else { 1 };
+        }
+        t.collect = !t.collect;
+        self.refresh_fast(t);
+    }
+
     /// Zeroes the cost centres and call arcs (after a dump, or `CALLGRIND_ZERO_STATS`) of
     /// the thread slot at index `only` (its partition and its running cost) or of all.
+    /// Only cost centres with a finished execution ([`Runtime::finished`]) lose their self
+    /// costs (Callgrind leaves the others alone); skipped-function costs always go.
     /// `after_dump`: an arc with no inclusive cost was not written and keeps its call count
     /// (as Callgrind clears only the arcs it writes).
     pub fn zero(&mut self, only: Option<usize>, after_dump: bool) {
         let th = only.and_then(|i| self.threads.get(i)).map(|t| t.th);
-        for b in &mut self.bbccs {
+        let fin = self.finished();
+        for (b, fin) in self.bbccs.iter_mut().zip(fin) {
             if th.is_some_and(|x| x != b.th) {
                 continue;
             }
+            // Skipped-function costs are dumped in any case (see the tool's `collect`).
+            b.skipped = [0; RUN];
+            if !fin {
+                continue;
+            }
             b.count = 0;
+            b.adj = 0;
             b.rep_extra.iter_mut().for_each(|x| *x = 0);
-            b.skipped = 0;
+            b.rep_iters.iter_mut().for_each(|x| *x = 0);
+            b.miss.iter_mut().for_each(|x| *x = 0);
         }
+        let n = self.n_cost;
         for j in &mut self.jccs {
             if th.is_some_and(|x| x != self.bbccs[j.from as usize].th)
-                || (after_dump && j.incl == 0)
+                || (after_dump && j.incl[..n].iter().all(|&x| x == 0))
             {
                 continue;
             }
             j.count = 0;
-            j.incl = 0;
+            j.incl = [0; RUN];
         }
         for (ti, t) in self.threads.iter_mut().enumerate() {
             if only.is_some_and(|o| o != ti) {
                 continue;
             }
-            let cost = t.cost;
+            let run = t.run;
             for e in t.stack.iter_mut() {
-                e.enter_cost = cost;
+                e.enter_cost = run;
             }
-            t.lastdump_cost = cost;
+            t.lastdump = run;
         }
     }
 
@@ -1450,6 +1770,11 @@ impl Runtime {
             while !t.stack.is_empty() {
                 self.pop(t);
             }
+            if let (true, true, None, Some(b)) = (self.eager, t.collect, t.nonskipped, t.last_bbcc)
+            {
+                // The running block never finishes for Callgrind.
+                self.bbccs[b as usize].adj -= 1;
+            }
             t.last_bbcc = None;
             self.refresh_fast(t);
         }
@@ -1462,8 +1787,12 @@ mod tests {
 
     /// A leaked block of `n` two-byte instructions at `addr` in function 0.
     fn block(addr: u64, n: u64, jump: JumpExit, rep: Vec<(usize, *mut u64)>) -> &'static BlockInfo {
+        Box::leak(Box::new(block_info(addr, n, jump, rep)))
+    }
+
+    fn block_info(addr: u64, n: u64, jump: JumpExit, rep: Vec<(usize, *mut u64)>) -> BlockInfo {
         let rep_cond = vec![false; rep.len()];
-        Box::leak(Box::new(BlockInfo {
+        BlockInfo {
             addr,
             last_insn: addr + 2 * (n - 1),
             end: addr + 2 * n,
@@ -1485,7 +1814,17 @@ mod tests {
             fast_count: Cell::new(core::ptr::null_mut()),
             jump,
             rep_cond,
-        }))
+            insn_stat: vec![InsnStat::default(); n as usize],
+            insn_rep: vec![RepKind::None; n as usize],
+            stat: [n, 0, 0, 0, 0],
+            fast_miss: Cell::new(core::ptr::null_mut()),
+        }
+    }
+
+    /// Every jump arc to write, as a dump takes them.
+    fn take_all(rt: &mut Runtime) -> Vec<JumpOut> {
+        let fin = rt.finished_counts();
+        rt.take_jumps(None, &fin)
     }
 
     fn runtime(jumps: bool) -> Runtime {
@@ -1514,13 +1853,13 @@ mod tests {
         let tid = |p: *mut ThreadState| unsafe { ((*p).tid, (*p).th) };
         assert_eq!([tid(main), tid(a), tid(b)], [(1, 0), (2, 1), (3, 2)]);
         // SAFETY: as above.
-        unsafe { (*a).cost = 77 };
+        unsafe { (*a).run[R_IR] = 77 };
         rt.thread_exit(0x20);
         rt.thread_exit(0x30);
         let c = rt.thread_start(0x40);
         assert_eq!(c, a, "slot 2 is reused with its state");
         // SAFETY: as above.
-        assert_eq!(unsafe { (*c).cost }, 77);
+        assert_eq!(unsafe { (*c).run[R_IR] }, 77);
         assert_eq!(rt.thread(0x40), c);
         assert_eq!(
             rt.thread(0x30),
@@ -1540,13 +1879,13 @@ mod tests {
         for bb in [a, a, a, a, b, b] {
             rt.setup(t, bb, 0x8000);
         }
-        let j = rt.take_jumps(None);
+        let j = take_all(&mut rt);
         assert_eq!(j.len(), 1);
         // Taken 3 times out of 4 executions; the fall-through to b is no arc.
         assert_eq!((j[0].from_addr, j[0].to_addr), (0x1004, 0x1000));
         assert_eq!((j[0].followed, j[0].executed), (3, Some(4)));
         // Written arcs restart.
-        assert!(rt.take_jumps(None).is_empty());
+        assert!(take_all(&mut rt).is_empty());
     }
 
     #[test]
@@ -1566,7 +1905,7 @@ mod tests {
         rt.setup(t, after, 0x8000);
         // Callgrind ran [i0, rep], then [rep] 5 times, then [i2], then `after`.
         assert_eq!(rt.bb_executions - before, 1 + 5 + 1);
-        let mut j = rt.take_jumps(None);
+        let mut j = take_all(&mut rt);
         j.sort_by_key(|x| x.block);
         let got: Vec<_> = j
             .iter()
@@ -1579,6 +1918,115 @@ mod tests {
                 (0x2002, 0x2002, 0x2002, 4, Some(5)),
             ]
         );
+    }
+
+    /// A block as [`block`], changed by `f` before it is leaked.
+    fn block_with(addr: u64, n: u64, f: impl FnOnce(&mut BlockInfo)) -> &'static BlockInfo {
+        let mut b = block_info(addr, n, JumpExit::None, Vec::new());
+        f(&mut b);
+        Box::leak(Box::new(b))
+    }
+
+    /// `--cache-sim=yes` (eager charging) with `--collect-jumps` and `--separate-threads`.
+    fn simulating() -> Runtime {
+        let mut rt = runtime(true);
+        rt.separate_threads = true;
+        rt.set_simulation(true, false);
+        rt
+    }
+
+    #[test]
+    fn eager_charge_of_a_triggered_block_waits_for_the_trigger() {
+        let mut rt = simulating();
+        let t = rt.thread(1);
+        // SAFETY: as above.
+        let t = unsafe { &mut *t };
+        let caller = block_with(0x1000, 2, |b| b.exit = Exit::Call);
+        let callee = block_with(0x2000, 3, |b| {
+            b.fn_id = 1;
+            b.is_entry = true;
+            b.flags.dump_before = true;
+        });
+        rt.setup(t, caller, 0x8000);
+        assert_eq!(t.run[R_IR], 2, "a block is charged when it starts");
+        rt.setup(t, callee, 0x7ff8);
+        assert_eq!(rt.triggers, [Trigger::DumpBefore(1)]);
+        // The dump the trigger asks for must not see the callee: it has not run yet.
+        assert_eq!(t.run[R_IR], 2);
+        assert!(t.pending);
+        let callee_cc = t.last_bbcc.expect("callee cost centre") as usize;
+        assert_eq!(rt.bbccs[callee_cc].count, 0);
+        assert_eq!(rt.finished_counts()[callee_cc], 0);
+        rt.triggers.clear();
+        rt.charge_pending();
+        assert!(!t.pending);
+        assert_eq!(t.run[R_IR], 5);
+        assert_eq!(rt.bbccs[callee_cc].count, 1);
+        assert_eq!(
+            rt.finished_counts()[callee_cc],
+            0,
+            "charged, but still running"
+        );
+    }
+
+    #[test]
+    fn zero_of_one_thread_keeps_other_threads_and_running_blocks() {
+        let mut rt = simulating();
+        let (t1, t2) = (rt.thread(1), rt.thread_start(2));
+        // SAFETY: boxed states owned by `rt`; each is used through one reference.
+        let (t1, t2) = unsafe { (&mut *t1, &mut *t2) };
+        let a = block(0x1000, 2, JumpExit::Direct, Vec::new());
+        let b = block(0x1010, 3, JumpExit::None, Vec::new());
+        rt.setup(t1, a, 0x8000);
+        rt.setup(t1, b, 0x8000);
+        rt.setup(t2, a, 0x9000);
+        let cc = |t: &ThreadState| t.last_bbcc.expect("cost centre") as usize;
+        let (b1, a2) = (cc(t1), cc(t2));
+        let a1 = rt.jumps[0].from as usize;
+        assert_eq!(
+            (rt.bbccs[a1].th, rt.bbccs[b1].th, rt.bbccs[a2].th),
+            (0, 0, 1)
+        );
+        assert_eq!(rt.finished(), {
+            let mut v = vec![false; rt.bbccs.len()];
+            v[a1] = true;
+            v
+        });
+        // A dump of thread 1: its arcs are taken, then its costs zeroed.
+        let fin = rt.finished_counts();
+        assert_eq!(rt.take_jumps(Some(0), &fin).len(), 1);
+        let slot1 = rt.threads.iter().position(|x| x.key == 1);
+        rt.zero(slot1, true);
+        // Thread 1: the finished block is zeroed, the running one keeps its charge.
+        assert_eq!((rt.bbccs[a1].count, rt.bbccs[b1].count), (0, 1));
+        assert_eq!(t1.lastdump, t1.run);
+        // Thread 2's cost centres and last-dump cost are untouched.
+        assert_eq!(rt.bbccs[a2].count, 1);
+        assert_eq!(t2.lastdump[R_IR], 0);
+        // The jump arc counts again from zero.
+        rt.setup(t1, a, 0x8000);
+        rt.setup(t1, b, 0x8000);
+        let fin = rt.finished_counts();
+        let j = rt.take_jumps(Some(0), &fin);
+        assert_eq!(j.len(), 1);
+        assert_eq!((j[0].followed, j[0].executed), (1, None));
+        assert!(rt.take_jumps(Some(1), &fin).is_empty());
+    }
+
+    #[test]
+    fn jcnd_executions_are_finished_executions_with_eager_charging() {
+        let mut rt = simulating();
+        let t = rt.thread(1);
+        // SAFETY: as above.
+        let t = unsafe { &mut *t };
+        let a = block(0x1000, 3, JumpExit::Cond(0x1000), Vec::new());
+        for _ in 0..3 {
+            rt.setup(t, a, 0x8000);
+        }
+        // Three executions charged, the third still running: two finished, both taken.
+        let j = take_all(&mut rt);
+        assert_eq!(j.len(), 1);
+        assert_eq!((j[0].followed, j[0].executed), (2, Some(2)));
     }
 
     #[test]
