@@ -342,10 +342,23 @@ pub fn try_run(cmd: &Cmd) -> Result<Outcome, HarnessError> {
     if let Some(vars) = &cmd.env {
         c.env_clear().envs(vars.iter().map(|(k, v)| (k, v)));
     }
-    let mut child = c.spawn().map_err(|source| HarnessError::Spawn {
-        program: shown.clone(),
-        source,
-    })?;
+    // A script the test just wrote can be "busy" for a moment: a process another test thread
+    // forked meanwhile holds the write descriptor until it execs (ETXTBSY). Retry then.
+    let mut attempts = 0;
+    let mut child = loop {
+        match c.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            r => {
+                break r.map_err(|source| HarnessError::Spawn {
+                    program: shown.clone(),
+                    source,
+                })?
+            }
+        }
+    };
     let pid = child.id();
     let readers = [
         child.stdout.take().map(drain),
@@ -576,6 +589,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("hello-static-pie", "hello-static-pie", &["x", "y", "z"]),
     gc("hello-O0", "hello-O0", &[]),
     gc("tiny", "tiny", &["1", "2"]),
+    gc("branchy", "branchy", &[]),
     gc("exit42", "exit", &["exit42"]),
     gc("return7", "exit", &["return7"]),
     gc("_exit3", "exit", &["_exit3"]),

@@ -1,7 +1,7 @@
 //! `--tool=cachegrind`: exact per-instruction counts on a tiny assembly guest, the stderr
 //! summary layout.
 
-use rgrind_tests::{guest_case, run_rgrind, scratch_dir, End};
+use rgrind_tests::{guest_case, run_rgrind, run_valgrind, scratch_dir, valgrind, End};
 use std::collections::BTreeMap;
 
 /// Runs `label` under cachegrind with `opts`; returns the outcome and the profile text.
@@ -81,4 +81,51 @@ fn tiny_data_and_branch_events() {
     ] {
         assert!(err.contains(want), "missing {want:?}\n{}", o.describe());
     }
+}
+
+/// VEX's exits counted as conditional branches (one instruction per line of `branchy.S`): the
+/// CAS retry exit of a locked read-modify-write and of `xchg` with memory, none for
+/// `cmpxchg`, the `rcx == 0` test at every entry of a `rep`, and the repeat test of
+/// `repe`/`repne`. Mispredictions come from the same predictor calls in the same order, so
+/// they equal Valgrind's line for line.
+#[test]
+fn branch_rules_of_locked_and_rep_instructions() {
+    let (o, text) = profile("branchy", "branchy.cg", &["--branch-sim=yes"]);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let l = lines(&text);
+    // Ir Bc Bcm Bi Bim
+    let ir_bc = |line: u32| (l[&line][0], l[&line][1]);
+    assert_eq!(ir_bc(10), (1, 1), "lock add: one CAS exit\n{text}");
+    assert_eq!(ir_bc(11), (1, 1), "xchg with memory: one CAS exit\n{text}");
+    assert_eq!(ir_bc(12), (1, 0), "lock cmpxchg: no exit\n{text}");
+    assert_eq!(
+        ir_bc(16),
+        (4, 4),
+        "rep movsb, rcx = 3: four entries\n{text}"
+    );
+    assert_eq!(
+        ir_bc(20),
+        (2, 4),
+        "repe cmpsb: two entries, two repeat tests\n{text}"
+    );
+    let Some(vg) = valgrind() else {
+        println!("valgrind is not installed: mispredictions not compared");
+        return;
+    };
+    let vg_file = scratch_dir().join("branchy.vg.cg");
+    let opt = format!("--cachegrind-out-file={}", vg_file.display());
+    let r = run_valgrind(
+        &vg,
+        &[
+            "--tool=cachegrind",
+            "--cache-sim=no",
+            "--branch-sim=yes",
+            "--vex-guest-chase=no",
+            &opt,
+        ],
+        &guest_case("branchy").cmd(),
+    );
+    assert!(r.status.success(), "{}", r.describe());
+    let theirs = lines(&std::fs::read_to_string(&vg_file).unwrap());
+    assert_eq!(l, theirs, "per-line Ir Bc Bcm Bi Bim equal to Valgrind's");
 }

@@ -142,6 +142,18 @@ struct InsnStatic {
     dw: u64,
     rep: RepKind,
     branch: BranchKind,
+    /// A locked read-modify-write: VEX's CAS retry exit is one more `Bc` per execution.
+    cas_exit: bool,
+}
+
+/// Whether VEX translates `v` into a compare-and-swap followed by a conditional exit back to
+/// the instruction when it failed (a locked read-modify-write other than `cmpxchg*`, and
+/// `xchg` with memory): Cachegrind and Callgrind count that exit as a conditional branch and,
+/// with branch simulation, predict it (never taken: guest threads run one at a time).
+pub(crate) fn vex_cas_exit(v: &InsnView) -> bool {
+    use iced_x86::Mnemonic as M;
+    let cas_only = matches!(v.insn.mnemonic(), M::Cmpxchg | M::Cmpxchg8b | M::Cmpxchg16b);
+    v.locked && !cas_only && v.accesses.iter().any(|a| a.kind == AccessKind::Modify)
 }
 
 struct BlockRec {
@@ -292,7 +304,7 @@ impl Cachegrind {
                     (_, RepKind::Plain) => ir,
                     (_, RepKind::Cond) => ir + iters,
                     _ => 0,
-                };
+                } + if s.cas_exit { count } else { 0 };
                 let bi = if s.branch == BranchKind::Indirect {
                     count
                 } else {
@@ -436,6 +448,26 @@ impl Tool for Cachegrind {
             let at = |s: usize| slot.wrapping_add(s);
             if v.rep != RepKind::None {
                 ins.count_rep(i, at(S_REP_ENTRIES), at(S_REP_ITERS));
+                if self.opts.branch_sim {
+                    // VEX's `rep` exits: `rcx == 0` to the next instruction (inverted, as
+                    // Cachegrind sees an exit to the fall-through address) at every entry, and
+                    // for repe/repne the repeat test after every iteration.
+                    let h = Helper {
+                        func: cg_cond,
+                        arg0: at(S_BCM) as u64,
+                        integer_only: true,
+                    };
+                    ins.rep_branch(i, h, true);
+                }
+            }
+            let cas_exit = vex_cas_exit(v);
+            if cas_exit && self.opts.branch_sim {
+                let h = Helper {
+                    func: cg_cond,
+                    arg0: at(S_BCM) as u64,
+                    integer_only: true,
+                };
+                ins.call(i, h, CallArg::Imm(0), v.addr);
             }
             let (mut dr, mut dw) = (0, 0);
             if let Some(c) = &self.caches {
@@ -505,6 +537,7 @@ impl Tool for Cachegrind {
                 dw,
                 rep: v.rep,
                 branch,
+                cas_exit,
             });
         }
         self.blocks.insert(

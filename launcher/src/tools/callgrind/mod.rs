@@ -514,18 +514,10 @@ impl Callgrind {
 
     /// What instruction `v` statically does (Callgrind's counting rules).
     fn insn_stat(&self, v: &dbt_core::tool::InsnView) -> InsnStat {
-        use iced_x86::Mnemonic as M;
-        let cas_only = matches!(v.insn.mnemonic(), M::Cmpxchg | M::Cmpxchg8b | M::Cmpxchg16b);
         let mut st = InsnStat {
             cond: v.flow == FlowKind::CondBranch,
             ind: matches!(v.flow, FlowKind::IndirectJump | FlowKind::IndirectCall),
-            // VEX turns a locked read-modify-write (not cmpxchg) into a CAS followed by a
-            // conditional exit back to the instruction when it failed.
-            cas_exit: v.locked
-                && !cas_only
-                && v.accesses
-                    .iter()
-                    .any(|a| a.kind == dbt_core::tool::AccessKind::Modify),
+            cas_exit: crate::tools::cachegrind::vex_cas_exit(v),
             ..InsnStat::default()
         };
         let min_line = self.caches.as_ref().map_or(64, |c| c.min_line);
