@@ -172,6 +172,44 @@ struct Caches {
     desc: Vec<String>,
 }
 
+/// A simulated cache hierarchy as both tools build it from their cache options.
+pub(crate) struct SimCaches {
+    /// The hierarchy, leaked: it lives as long as the process.
+    pub hier: *mut Hierarchy,
+    pub i1: MruCache,
+    pub d1: MruCache,
+    /// The smallest line size (accesses are clamped to it).
+    pub min_line: u64,
+    /// I1, D1, LL as simulated.
+    pub geometry: [cachesim::CacheGeometry; 3],
+}
+
+/// Builds the hierarchy for `overrides` on this host with Valgrind's geometry rules: its
+/// warnings (debug lines) and messages go to `lines`; an unusable geometry is the error.
+pub(crate) fn build_caches(
+    overrides: &cachesim::CacheOverrides,
+    lines: &mut Vec<StartupLine>,
+) -> Result<SimCaches, Vec<String>> {
+    let resolved = cachesim::detect_host().resolve(overrides).map_err(|u| {
+        let mut l = u.warnings;
+        l.extend(u.messages);
+        l
+    })?;
+    lines.extend(resolved.warnings.iter().cloned().map(StartupLine::Debug));
+    lines.extend(resolved.messages.iter().cloned().map(StartupLine::User));
+    let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll)
+        .map_err(|e| vec![format!("cache configuration not supported: {e}")])?;
+    let min_line = h.min_line_size();
+    let hier = Box::into_raw(h);
+    Ok(SimCaches {
+        hier,
+        i1: mru(Hierarchy::flat_ptr_of(hier, CacheLevel::I1)),
+        d1: mru(Hierarchy::flat_ptr_of(hier, CacheLevel::D1)),
+        min_line,
+        geometry: [resolved.i1, resolved.d1, resolved.ll],
+    })
+}
+
 pub struct Cachegrind {
     opts: options::CgOptions,
     caches: Option<Caches>,
@@ -192,7 +230,7 @@ pub enum StartupLine {
 }
 
 /// The inline-check constants of a cache level (shared with callgrind).
-pub(crate) fn mru(flat: *const cachesim::FlatCache) -> MruCache {
+fn mru(flat: *const cachesim::FlatCache) -> MruCache {
     // SAFETY: `flat` comes from `Hierarchy::flat_ptr_of` on a leaked, live hierarchy.
     let f = unsafe { &*flat };
     MruCache {
@@ -219,30 +257,17 @@ impl Cachegrind {
         let opts = options::parse(tool_options).map_err(|e| e.0)?;
         let mut lines = Vec::new();
         let caches = if opts.cache_sim {
-            let detected = cachesim::detect_host();
-            let resolved = match detected.resolve(&opts.caches) {
-                Ok(r) => r,
-                Err(u) => {
-                    let mut l = u.warnings;
-                    l.extend(u.messages);
-                    return Err(l);
-                }
-            };
-            lines.extend(resolved.warnings.iter().cloned().map(StartupLine::Debug));
-            lines.extend(resolved.messages.iter().cloned().map(StartupLine::User));
-            let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll)
-                .map_err(|e| vec![format!("cache configuration not supported: {e}")])?;
-            let min_line = h.min_line_size();
-            let raw = Box::into_raw(h);
-            HIER.store(raw, Ordering::Relaxed);
+            let sim = build_caches(&opts.caches, &mut lines)?;
+            HIER.store(sim.hier, Ordering::Relaxed);
+            let [i1g, d1g, llg] = &sim.geometry;
             Some(Caches {
-                i1: mru(Hierarchy::flat_ptr_of(raw, CacheLevel::I1)),
-                d1: mru(Hierarchy::flat_ptr_of(raw, CacheLevel::D1)),
-                min_line,
+                i1: sim.i1,
+                d1: sim.d1,
+                min_line: sim.min_line,
                 desc: vec![
-                    cachesim::cachegrind_desc_line(CacheLevel::I1, &resolved.i1),
-                    cachesim::cachegrind_desc_line(CacheLevel::D1, &resolved.d1),
-                    cachesim::cachegrind_desc_line(CacheLevel::LL, &resolved.ll),
+                    cachesim::cachegrind_desc_line(CacheLevel::I1, i1g),
+                    cachesim::cachegrind_desc_line(CacheLevel::D1, d1g),
+                    cachesim::cachegrind_desc_line(CacheLevel::LL, llg),
                 ],
             })
         } else {

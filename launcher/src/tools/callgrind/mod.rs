@@ -36,7 +36,7 @@ pub mod runtime;
 
 use super::cachegrind::modules::Modules;
 use super::cachegrind::StartupLine;
-use cachesim::{BranchPredictor, CacheGeometry, CacheLevel, Hierarchy};
+use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
 use dbt_core::tool::{
     BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, Instrumenter, MruCache, RepKind,
     Tool,
@@ -284,26 +284,13 @@ impl Callgrind {
         let mut lines = Vec::new();
         let caches = if opts.cache_sim {
             // Same geometry rules, warnings and simulator as cachegrind.
-            let resolved = match cachesim::detect_host().resolve(&opts.caches) {
-                Ok(r) => r,
-                Err(u) => {
-                    let mut l = u.warnings;
-                    l.extend(u.messages);
-                    return Err(l);
-                }
-            };
-            lines.extend(resolved.warnings.iter().cloned().map(StartupLine::Debug));
-            lines.extend(resolved.messages.iter().cloned().map(StartupLine::User));
-            let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll)
-                .map_err(|e| vec![format!("cache configuration not supported: {e}")])?;
-            let min_line = h.min_line_size();
-            let raw = Box::into_raw(h);
-            HIER.store(raw, Ordering::Relaxed);
+            let sim = super::cachegrind::build_caches(&opts.caches, &mut lines)?;
+            HIER.store(sim.hier, Ordering::Relaxed);
             Some(Caches {
-                i1: super::cachegrind::mru(Hierarchy::flat_ptr_of(raw, CacheLevel::I1)),
-                d1: super::cachegrind::mru(Hierarchy::flat_ptr_of(raw, CacheLevel::D1)),
-                min_line,
-                geometry: [resolved.i1, resolved.d1, resolved.ll],
+                i1: sim.i1,
+                d1: sim.d1,
+                min_line: sim.min_line,
+                geometry: sim.geometry,
             })
         } else {
             None
