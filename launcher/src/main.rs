@@ -133,6 +133,14 @@ fn run(s: Settings) -> ! {
         log::line(&format!("Command: {cmd}"));
         log::line("");
     }
+    if valgrind_env && dbt_core::cpu::model() != dbt_core::cpu::CpuModel::Valgrind {
+        startup.push(tools::cachegrind::StartupLine::Debug(
+            "warning: this CPU cannot run everything Valgrind's canned CPU claims (AVX2, BMI2, \
+             FMA, MOVBE...): the program sees the host's CPUID, so start-up counts may differ \
+             from Valgrind's"
+                .to_string(),
+        ));
+    }
     for l in startup {
         match l {
             tools::cachegrind::StartupLine::Debug(t) => log::dline(&t),

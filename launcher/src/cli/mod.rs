@@ -273,16 +273,20 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
                     }
                 }
             }
-            "--guest-env" => s.guest_env = Some(match v {
-                "valgrind" => true,
-                "native" => false,
-                _ => return Err(CliError::BadValue(
-                    arg.clone(),
-                    format!(
+            "--guest-env" => {
+                s.guest_env = Some(match v {
+                    "valgrind" => true,
+                    "native" => false,
+                    _ => {
+                        return Err(CliError::BadValue(
+                            arg.clone(),
+                            format!(
                         "Invalid argument '{v}' for --guest-env (should be 'valgrind' or 'native')"
                     ),
-                )),
-            }),
+                        ))
+                    }
+                })
+            }
             _ => return Err(CliError::Unknown(arg.clone())),
         }
         s.raw_options.push(args[i - 1].clone());
