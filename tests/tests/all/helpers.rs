@@ -18,6 +18,7 @@ const INTEGER_ONLY: &[&str] = &[
     // callgrind's simulator helpers (clgsim).
     "callgrind::clg_fetch",
     "callgrind::clg_data",
+    "callgrind::clg_ll",
     "callgrind::clg_cond",
     "callgrind::clg_ind",
 ];

@@ -99,6 +99,19 @@ extern "C" fn clg_data(arg: u64, addr: u64, size: u64) -> u64 {
     0
 }
 
+/// The LL part of an access whose L1 miss the inline lookup already recorded in the L1 tags
+/// (`Instrumenter::{fetch,data}_check_l1`). Integer-only.
+extern "C" fn clg_ll(arg: u64, addr: u64, size: u64) -> u64 {
+    let h = HIER.load(Ordering::Relaxed);
+    if !h.is_null() {
+        // SAFETY: as in `clg_fetch`.
+        count_outcome(arg, unsafe {
+            cachesim::raw::cachesim_ll_after_l1_miss(h, addr, size)
+        });
+    }
+    0
+}
+
 /// Conditional branch at `addr`, `taken` 0/1. Integer-only.
 extern "C" fn clg_cond(arg: u64, taken: u64, addr: u64) -> u64 {
     let p = BP.load(Ordering::Relaxed);
@@ -537,7 +550,7 @@ impl Callgrind {
                         arg0: slot_arg(i, SLOT_I1MR),
                         integer_only: true,
                     };
-                    ins.fetch_check(i, c.i1, h);
+                    ins.fetch_check_l1(i, c.i1, h, Helper { func: clg_ll, ..h });
                 }
                 last_line = Some(last);
                 for k in 0..v.accesses.len() {
@@ -549,7 +562,7 @@ impl Callgrind {
                             arg0: slot_arg(i, slot),
                             integer_only: true,
                         };
-                        ins.data_check(i, dref, c.d1, h);
+                        ins.data_check_l1(i, dref, c.d1, h, Helper { func: clg_ll, ..h });
                     }
                 }
             }
