@@ -12,7 +12,9 @@ pub use crate::instrument::{
     MruCache, RepKind,
 };
 // Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
-pub use crate::instrument::calltrack::{thread_key, with_host_fs};
+pub use crate::instrument::calltrack::{
+    thread_key, with_host_fs, InlineJump, InlineRec, JumpState,
+};
 
 /// How the guest process is ending.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,7 @@
 //! Support for tools that keep per-thread state in their out-of-line routines (Callgrind's
 //! shadow call stack): which guest thread is running, and a way to run Rust code that needs
-//! rgrind's own thread-local storage or allocator from inside a routine.
+//! rgrind's own thread-local storage or allocator from inside a routine; and the layout of
+//! the state Callgrind's inline plain-jump path reads and writes (`JumpState`, `InlineRec`).
 //!
 //! # Invariants
 //! * Both functions are only meaningful inside a routine called through the helper trampoline
@@ -8,7 +9,11 @@
 //! * `with_host_fs` restores the guest's FS base before it returns, so the guest never sees
 //!   rgrind's TLS.
 //!
-//! Deliberately not done here: any tool state; the tool owns what it keeps per thread.
+//! * `JumpState`/`InlineRec` are `repr(C)`; the emitted code addresses their fields with
+//!   `offset_of!`, so the layout is the only contract with the emitter.
+//!
+//! Deliberately not done here: any tool state; the tool owns what it keeps per thread (and
+//! the one `JumpState`, which it swaps between threads itself).
 use crate::context::{OFF_HOST_FS, OFF_SELF};
 
 /// A key identifying the running guest thread (the address of its `ThreadContext`); stable
@@ -46,4 +51,120 @@ pub fn with_host_fs<R>(f: impl FnOnce() -> R) -> R {
         core::arch::asm!("wrfsbase {g}", g = in(reg) guest_fs, options(nostack, preserves_flags));
     }
     r
+}
+
+// Callgrind (clginline): the layout shared by the tool and the inline jump path that
+// `Instrumenter::call_with_fallback_inline` emits. The tool owns the one `JumpState` (a
+// static: fixed address) and a `InlineRec` per block; the emitted code reads and writes them
+// with absolute addresses, flag-free.
+use core::sync::atomic::AtomicU64;
+
+/// The running thread's summary for the inline jump path (Callgrind's `setup_bbcc` for a
+/// plain jump). The inline code takes its path only when the running thread is `owner`,
+/// `expect` equals the block's key and the guest `rsp <= top_sp`; it then adds one to
+/// `*last_count`, `last_ir` to `ir`, one to `bbs`, and makes the block the last one
+/// (`last_count`, `last_bbcc` from its `InlineRec`, `last_bb`, `last_ir`; `expect` becomes
+/// `u64::MAX` unless the block ends plainly). `ir`/`bbs` are deltas the tool folds back.
+#[repr(C)]
+pub struct JumpState {
+    /// Key a plainly-reached block must have (`u64::MAX`: none).
+    pub expect: AtomicU64,
+    /// `thread_key().wrapping_neg()` of the thread the state belongs to.
+    pub owner_neg: AtomicU64,
+    /// Top frame's `sp`; must be below 2^63 (the tool stores `i64::MAX` for none).
+    pub top_sp: AtomicU64,
+    /// Execution counter of the previous block's cost centre (`*mut u64`).
+    pub last_count: AtomicU64,
+    /// Instructions of the previous block.
+    pub last_ir: AtomicU64,
+    /// The previous block (the tool's block pointer, stored from `InlineJump::bb`).
+    pub last_bb: AtomicU64,
+    /// The previous block's cost centre (copied from its `InlineRec::bbcc`).
+    pub last_bbcc: AtomicU64,
+    /// Ir charged by the inline path since the tool last looked.
+    pub ir: AtomicU64,
+    /// Blocks entered by the inline path since the tool last looked.
+    pub bbs: AtomicU64,
+    /// `sign[b] = b >> 7`: the sign of a value from its top byte, without flags.
+    pub sign: [u8; 256],
+}
+
+impl JumpState {
+    /// An empty state: `expect` is `u64::MAX`, so no inline path is taken.
+    pub const fn new() -> JumpState {
+        let mut sign = [0u8; 256];
+        let mut b = 128;
+        while b < 256 {
+            sign[b] = 1;
+            b += 1;
+        }
+        JumpState {
+            expect: AtomicU64::new(u64::MAX),
+            owner_neg: AtomicU64::new(0),
+            top_sp: AtomicU64::new(0),
+            last_count: AtomicU64::new(0),
+            last_ir: AtomicU64::new(0),
+            last_bb: AtomicU64::new(0),
+            last_bbcc: AtomicU64::new(0),
+            ir: AtomicU64::new(0),
+            bbs: AtomicU64::new(0),
+            sign,
+        }
+    }
+}
+
+impl Default for JumpState {
+    fn default() -> Self {
+        JumpState::new()
+    }
+}
+
+/// Per block: the key under which it may be entered inline (stored negated, as the IBL
+/// stores tags; `u64::MAX - 1` negated when never), its cost centre's counter and id.
+#[repr(C)]
+pub struct InlineRec {
+    pub neg_key: AtomicU64,
+    pub count: AtomicU64,
+    pub bbcc: AtomicU64,
+}
+
+impl InlineRec {
+    /// A record no key matches.
+    pub const fn new() -> InlineRec {
+        InlineRec {
+            neg_key: AtomicU64::new((u64::MAX - 1).wrapping_neg()),
+            count: AtomicU64::new(0),
+            bbcc: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Default for InlineRec {
+    fn default() -> Self {
+        InlineRec::new()
+    }
+}
+
+/// What `Instrumenter::call_with_fallback_inline` needs: the state, the block's record
+/// (both live for the process), the value stored in `last_bb`, the block's instruction count
+/// and whether it ends plainly (a jump or fall-through that the next block may take inline).
+#[derive(Clone, Copy, Debug)]
+pub struct InlineJump {
+    pub state: &'static JumpState,
+    pub rec: &'static InlineRec,
+    pub bb: u64,
+    pub ir: u32,
+    pub ends_plain: bool,
+}
+
+impl core::fmt::Debug for JumpState {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("JumpState").finish_non_exhaustive()
+    }
+}
+
+impl core::fmt::Debug for InlineRec {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("InlineRec").finish_non_exhaustive()
+    }
 }

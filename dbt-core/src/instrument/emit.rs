@@ -14,6 +14,10 @@
 //!   `cachesim`'s `Cache::access` does for a single-line access (`l1_scan`), so the state
 //!   stays Valgrind's whichever path an access takes.
 //!
+//! * Callgrind's inline plain-jump path (`inline_jump`) is flag-free (`lea`, `jrcxz`,
+//!   `bswap`/`movzx` and a sign table instead of compares) and leaves rax, rcx, rdx as they
+//!   were on both of its ways out.
+//!
 //! Deliberately not done: merging adjacent checks (each request is emitted on its own).
 use super::{BlockView, CallArg, DataRef, Helper, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
@@ -185,6 +189,19 @@ impl Plan {
                     arg1,
                     arg2,
                 } if insn == i => self.call_fallback(a, i, fast, slow, arg1, arg2)?,
+                Op::CallFallbackInline {
+                    insn,
+                    fast,
+                    slow,
+                    arg1,
+                    arg2,
+                    jump,
+                } if insn == i => {
+                    let done = a.new_dynamic_label();
+                    inline_jump(a, &jump, done);
+                    self.call_fallback(a, i, fast, slow, arg1, arg2)?;
+                    dynasm!(a ; .arch x64 ; =>done);
+                }
                 _ => {}
             }
         }
@@ -666,6 +683,109 @@ impl Plan {
         );
         Ok(())
     }
+}
+
+/// Callgrind (clginline): the plain-jump case of the block-start routine, flag-free (see
+/// `calltrack::JumpState`). Goes to `done` when it applied; otherwise falls through with
+/// every register as it was (the calls follow). Borrows rax, rcx, rdx.
+fn inline_jump(a: &mut Asm, j: &super::calltrack::InlineJump, done: DynamicLabel) {
+    use super::calltrack::JumpState as S;
+    use core::mem::offset_of;
+    let st = j.state as *const S as i64;
+    let rec = j.rec as *const super::calltrack::InlineRec as i64;
+    let expect = offset_of!(S, expect) as i32;
+    let owner = offset_of!(S, owner_neg) as i32;
+    let top = offset_of!(S, top_sp) as i32;
+    let lcount = offset_of!(S, last_count) as i32;
+    let lir = offset_of!(S, last_ir) as i32;
+    let lbb = offset_of!(S, last_bb) as i32;
+    let lbbcc = offset_of!(S, last_bbcc) as i32;
+    let ir = offset_of!(S, ir) as i32;
+    let bbs = offset_of!(S, bbs) as i32;
+    let sign = offset_of!(S, sign) as i32;
+    let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
+    let rcount = offset_of!(super::calltrack::InlineRec, count) as i32;
+    let rbbcc = offset_of!(super::calltrack::InlineRec, bbcc) as i32;
+    let (fail, ok1, ok2, ok3) = (
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+    );
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS0], rax
+        ; gs mov QWORD [IS1], rcx
+        ; gs mov QWORD [IS2], rdx
+        ; mov rdx, QWORD st
+        // The state belongs to this thread: self + (-owner) == 0.
+        ; gs mov rcx, QWORD [OFF_SELF as i32]
+        ; mov rax, QWORD [rdx + owner]
+        ; lea rcx, [rcx + rax]
+        ; jrcxz =>ok1
+        ; jmp =>fail
+        ; =>ok1
+        // The key: expect + (-key) == 0.
+        ; mov rcx, QWORD [rdx + expect]
+        ; mov rax, QWORD rec
+        ; mov rax, QWORD [rax + negk]
+        ; lea rcx, [rcx + rax]
+        ; jrcxz =>ok2
+        ; jmp =>fail
+        ; =>ok2
+        // No frame to unwind: rsp <= top_sp (top_sp < 2^63), i.e. the sign bits of rsp and
+        // of top_sp - rsp are both 0 (the top byte's sign through the table).
+        ; mov rax, rsp
+        ; not rax
+        ; mov rcx, QWORD [rdx + top]
+        ; lea rax, [rax + rcx + 1]
+        ; bswap rax
+        ; movzx eax, al
+        ; movzx eax, BYTE [rdx + rax + sign]
+        ; mov rcx, rsp
+        ; bswap rcx
+        ; movzx ecx, cl
+        ; movzx ecx, BYTE [rdx + rcx + sign]
+        ; lea rcx, [rcx + rax]
+        ; jrcxz =>ok3
+        ; jmp =>fail
+        ; =>ok3
+        // Charge the previous block: its counter and the running Ir.
+        ; mov rcx, QWORD [rdx + lcount]
+        ; mov rax, QWORD [rcx]
+        ; lea rax, [rax + 1]
+        ; mov QWORD [rcx], rax
+        ; mov rax, QWORD [rdx + ir]
+        ; mov rcx, QWORD [rdx + lir]
+        ; lea rax, [rax + rcx]
+        ; mov QWORD [rdx + ir], rax
+        ; mov rax, QWORD [rdx + bbs]
+        ; lea rax, [rax + 1]
+        ; mov QWORD [rdx + bbs], rax
+        // This block is the last one now.
+        ; mov rax, QWORD rec
+        ; mov rcx, QWORD [rax + rcount]
+        ; mov QWORD [rdx + lcount], rcx
+        ; mov rcx, QWORD [rax + rbbcc]
+        ; mov QWORD [rdx + lbbcc], rcx
+        ; mov rcx, QWORD j.bb as i64
+        ; mov QWORD [rdx + lbb], rcx
+        ; mov QWORD [rdx + lir], j.ir as i32
+    );
+    if !j.ends_plain {
+        dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
+    }
+    dynasm!(a
+        ; .arch x64
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+        ; jmp =>done
+        ; =>fail
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+    );
 }
 
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =

@@ -200,6 +200,16 @@ pub(crate) enum Op {
         arg1: CallArg,
         arg2: u64,
     },
+    /// Callgrind (clginline): the plain-jump case inline (see `calltrack::JumpState`), and
+    /// `CallFallback`'s calls when it does not apply.
+    CallFallbackInline {
+        insn: usize,
+        fast: Helper,
+        slow: Helper,
+        arg1: CallArg,
+        arg2: u64,
+        jump: calltrack::InlineJump,
+    },
 }
 
 // SAFETY: the raw pointers in `Op` point into cost arrays that live for the whole process
@@ -332,6 +342,31 @@ impl Instrumenter {
             slow,
             arg1,
             arg2,
+        });
+    }
+
+    /// `call_with_fallback`, preceded by Callgrind's plain-jump case done inline, flag-free and
+    /// without any call (see [`calltrack::JumpState`] for what it checks and updates); the
+    /// calls run only when it does not apply. Added for Callgrind (clginline).
+    pub fn call_with_fallback_inline(
+        &mut self,
+        insn: usize,
+        fast: Helper,
+        slow: Helper,
+        arg1: CallArg,
+        arg2: u64,
+        jump: calltrack::InlineJump,
+    ) {
+        self.ops.push(Op::CallFallbackInline {
+            insn,
+            fast: Helper {
+                integer_only: true,
+                ..fast
+            },
+            slow,
+            arg1,
+            arg2,
+            jump,
         });
     }
 

@@ -3,7 +3,9 @@
 //! [`runtime::Runtime::setup_fast`]) and, only when that declines, `clg_setup`
 //! (Callgrind's `setup_bbcc`, see [`runtime`]) with the guest stack pointer; the routine
 //! charges the previous block, maintains the thread's shadow call stack and picks the cost
-//! centre of the new block. At the end (and on `CALLGRIND_DUMP_STATS`) the cost centres and
+//! centre of the new block. In Ir-only mode a block that is no function entry first tries the
+//! plain-jump case inline, with no call at all (see `runtime::JUMP` and `docs/callgrind.md`).
+//! At the end (and on `CALLGRIND_DUMP_STATS`) the cost centres and
 //! arcs are written as `callgrind.out.<pid>` through the dumper.
 //!
 //! `--collect-jumps=yes` adds `jump=`/`jcnd=` arcs (recorded by both routines, see
@@ -18,6 +20,9 @@
 //! * `clg_setup` runs on the helper stack; it switches to rgrind's FS (`with_host_fs`) before
 //!   touching Rust state, and guest threads run one at a time, so the runtime is never used
 //!   from two threads at once.
+//!
+//! * `runtime::JUMP` belongs to `LAST_THREAD`: `sync_in` folds its deltas back before any
+//!   Rust code reads thread state (and disarms it); `clg_setup`/`clg_setup_fast` re-arm it.
 //!
 //! * The periodic dump runs inside `clg_setup` (on the helper stack, with rgrind's FS), reaching
 //!   the tool through `TOOL`, which `instrument` points at the tool's place in the core's box.
@@ -38,8 +43,8 @@ use super::cachegrind::modules::Modules;
 use super::cachegrind::StartupLine;
 use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
 use dbt_core::tool::{
-    BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, Instrumenter, MruCache, RepKind,
-    Tool,
+    BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, InlineJump, Instrumenter,
+    MruCache, RepKind, Tool,
 };
 use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
 use runtime::{BlockInfo, Exit, FnFlags, InsnStat, JumpExit, Runtime, ThreadState, Trigger};
@@ -152,6 +157,8 @@ unsafe fn runtime_and_thread(key: u64) -> Option<(&'static mut Runtime, &'static
     if rt.is_null() {
         return None;
     }
+    // SAFETY: as this function's.
+    unsafe { sync_in() };
     // SAFETY: RT is a leaked Box set once at startup; see the function's contract.
     let rt = unsafe { &mut *rt };
     let mut t = LAST_THREAD.load(Ordering::Relaxed);
@@ -164,6 +171,22 @@ unsafe fn runtime_and_thread(key: u64) -> Option<(&'static mut Runtime, &'static
     Some((rt, unsafe { &mut *t }))
 }
 
+/// Folds what the inline jump path did into the thread it belongs to (the last thread that
+/// ran a block-start routine) and disarms it (`runtime::JUMP`), before Rust code reads or
+/// changes thread state; the next block-start routine arms it again.
+///
+/// # Safety
+/// As [`runtime_and_thread`]: the guest is stopped or this is its block-start routine.
+unsafe fn sync_in() {
+    let rt = RT.load(Ordering::Relaxed);
+    let t = LAST_THREAD.load(Ordering::Relaxed);
+    if !rt.is_null() && !t.is_null() {
+        // SAFETY: the leaked runtime and a boxed thread state; see the contract.
+        unsafe { (*rt).inline_pull(&mut *t) };
+    }
+    runtime::JUMP.expect.store(u64::MAX, Ordering::Relaxed);
+}
+
 /// Block-start routine: `info` is the block's leaked `BlockInfo`, `sp` the guest rsp.
 extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
     let key = dbt_core::tool::thread_key();
@@ -174,6 +197,7 @@ extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
             // SAFETY: `info` is a BlockInfo leaked by `instrument`, never freed.
             let bb = unsafe { &*(info as *const BlockInfo) };
             rt.setup(t, bb, sp);
+            rt.inline_push(t, key);
             !rt.triggers.is_empty()
         } else {
             false
@@ -227,11 +251,16 @@ extern "C" fn clg_setup_fast(info: u64, sp: u64, jumps: u64) -> u64 {
     // thread at a time); `info` is a BlockInfo leaked by `instrument`, never freed.
     let done = unsafe {
         let (rt, t, bb) = (&mut *rt, &mut *t, &*(info as *const BlockInfo));
-        if jumps != 0 {
+        rt.inline_pull(t);
+        let done = if jumps != 0 {
             rt.setup_fast::<true>(t, bb, sp)
         } else {
             rt.setup_fast::<false>(t, bb, sp)
+        };
+        if done {
+            rt.inline_push(t, key);
         }
+        done
     };
     u64::from(!done)
 }
@@ -316,6 +345,8 @@ impl Callgrind {
         rt.collect_jumps = opts.collect_jumps;
         rt.separate_threads = opts.separate_threads;
         rt.set_dump_every(opts.dump_every_bb);
+        rt.inline_jumps =
+            !opts.cache_sim && !opts.branch_sim && !opts.collect_jumps && opts.dump_every_bb == 0;
         let branch_slot = opts
             .branch_sim
             .then(|| rt.miss_events.iter().position(|&e| e == "Bcm"))
@@ -368,6 +399,8 @@ impl Callgrind {
     }
 
     fn runtime(&self) -> Option<&'static mut Runtime> {
+        // SAFETY: tool hooks run with the guest stopped.
+        unsafe { sync_in() };
         let rt = RT.load(Ordering::Relaxed);
         // SAFETY: see `runtime_and_thread`: tool hooks run with the guest stopped.
         (!rt.is_null()).then(|| unsafe { &mut *rt })
@@ -506,6 +539,7 @@ impl Callgrind {
             insn_rep: b.insns.iter().map(|v| v.rep).collect(),
             stat,
             fast_miss: std::cell::Cell::new(core::ptr::null_mut()),
+            jrec: dbt_core::tool::InlineRec::new(),
         });
         let p = Box::into_raw(info) as *const BlockInfo;
         self.blocks.insert((b.start, b.end), p);
@@ -937,21 +971,33 @@ impl Tool for Callgrind {
         let info = self.block_info(b, ins);
         // The block-start routine first: it points the simulator helpers at this block's
         // cost centre.
-        ins.call_with_fallback(
-            0,
-            Helper {
-                func: clg_setup_fast,
-                arg0: info as u64,
-                integer_only: true,
-            },
-            Helper {
-                func: clg_setup,
-                arg0: info as u64,
-                integer_only: false,
-            },
-            CallArg::Sp,
-            u64::from(self.opts.collect_jumps),
-        );
+        let fast = Helper {
+            func: clg_setup_fast,
+            arg0: info as u64,
+            integer_only: true,
+        };
+        let slow = Helper {
+            func: clg_setup,
+            arg0: info as u64,
+            integer_only: false,
+        };
+        let jumps = u64::from(self.opts.collect_jumps);
+        // SAFETY: a leaked BlockInfo, never freed.
+        let bb: &'static BlockInfo = unsafe { &*info };
+        let inline = self.runtime().is_some_and(|rt| rt.inline_jumps);
+        if inline && !bb.is_entry {
+            // A plain jump into this block is handled inline (see `runtime::JUMP`).
+            let jump = InlineJump {
+                state: &runtime::JUMP,
+                rec: &bb.jrec,
+                bb: info as u64,
+                ir: bb.n_insns as u32,
+                ends_plain: bb.plain_exit,
+            };
+            ins.call_with_fallback_inline(0, fast, slow, CallArg::Sp, jumps, jump);
+        } else {
+            ins.call_with_fallback(0, fast, slow, CallArg::Sp, jumps);
+        }
         if self.caches.is_some() || self.branch_slot.is_some() {
             self.instrument_sim(b, ins);
         }

@@ -29,6 +29,10 @@
 //!   callee context, cost centre and arc are already cached (the caller's cost centre keeps
 //!   its last arc in [`Bbcc::last_call`]) and whose frame fits the shadow stacks' spare
 //!   capacity (the fast path never allocates).
+//! * In Ir-only mode the jump case of `setup_fast` also runs inline in translated code
+//!   ([`JUMP`]): it accepts exactly the transitions `setup_fast` accepts there and makes the
+//!   same changes, kept as deltas and a last block that [`Runtime::inline_pull`] folds into
+//!   the owning thread before Rust code reads its state.
 //! * Jump arcs (`--collect-jumps`) follow Callgrind's rules: a transfer that stays a jump
 //!   (not turned into a call, no frame unwound) from a block ending in `jmp` (to anywhere but
 //!   the next instruction), `jmp r/m`, or a taken conditional branch; they are counted whether
@@ -43,7 +47,7 @@
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
 //! switched to the returned-to function).
-use dbt_core::tool::RepKind;
+use dbt_core::tool::{InlineRec, JumpState, RepKind};
 use std::cell::Cell;
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -239,6 +243,27 @@ pub struct BlockInfo {
     pub stat: [u64; N_STATIC],
     /// The miss array of the cost centre in `fast_count`'s entry (null without simulation).
     pub fast_miss: Cell<*mut u64>,
+    /// The inline jump path's view of the `fast_*` entry ([`inline_key`] of `fast_key`,
+    /// with this block's object and section; never for a function entry).
+    pub jrec: InlineRec,
+}
+
+/// The running thread's summary as the inline jump path reads it (Ir-only mode, see
+/// [`Runtime::inline_push`]). Its `ir`/`bbs` deltas and last block belong to the thread
+/// whose key it holds ([`Runtime::inline_pull`] folds them back before Rust code looks).
+pub static JUMP: JumpState = JumpState::new();
+
+/// The inline path's key: a [`fast_key`] with the object and section folded in, or `None`
+/// when a part does not fit (context below 2^16 - 1, object below 2^12, section below 16),
+/// so that no valid key has its top 16 bits all ones (`u64::MAX`, `u64::MAX - 1` are the
+/// "none" values of [`JumpState::expect`] and [`InlineRec::neg_key`]).
+#[inline(always)]
+fn inline_key(key: u64, obj: u32, sect: u8) -> Option<u64> {
+    let cxt = key >> 32;
+    if key == u64::MAX || cxt >= 0xffff || obj >= 1 << 12 || sect >= 16 {
+        return None;
+    }
+    Some((cxt << 48) | (u64::from(obj) << 36) | (u64::from(sect) << 32) | (key & 0xffff_ffff))
 }
 
 /// The key of a (context, recursion level, thread partition) triple in
@@ -474,6 +499,8 @@ pub struct Runtime {
     pub every_done: u64,
     /// The fast path declines once `bb_executions` reaches this (a periodic dump is due).
     fast_limit: u64,
+    /// Blocks carry the inline jump path ([`JUMP`]; Ir only, no jumps, no periodic dumps).
+    pub inline_jumps: bool,
 }
 
 impl Default for Runtime {
@@ -504,6 +531,7 @@ impl Default for Runtime {
             dump_every: 0,
             every_done: 0,
             fast_limit: u64::MAX,
+            inline_jumps: false,
         }
     }
 }
@@ -604,6 +632,14 @@ impl Runtime {
         let c = &mut self.bbccs[b as usize];
         bb.fast_count.set(&mut c.count);
         bb.fast_miss.set(Self::miss_ptr(c));
+        let ik = inline_key(bb.fast_key.get(), bb.obj, bb.sect)
+            .filter(|_| !bb.is_entry)
+            .unwrap_or(u64::MAX - 1);
+        bb.jrec
+            .count
+            .store(&mut c.count as *mut u64 as u64, Ordering::Relaxed);
+        bb.jrec.bbcc.store(u64::from(b), Ordering::Relaxed);
+        bb.jrec.neg_key.store(ik.wrapping_neg(), Ordering::Relaxed);
         b
     }
 
@@ -1233,6 +1269,68 @@ impl Runtime {
         self.set_cur(t);
     }
 
+    /// Folds what the inline jump path did since the last look into thread `t` (the one
+    /// [`JUMP`] belongs to): blocks executed, running Ir, the last block and its cost centre.
+    /// Integer-only (the fast path calls it).
+    #[inline(always)]
+    pub fn inline_pull(&mut self, t: &mut ThreadState) {
+        let n = JUMP.bbs.load(Ordering::Relaxed);
+        if n == 0 {
+            return;
+        }
+        JUMP.bbs.store(0, Ordering::Relaxed);
+        self.bb_executions = self.bb_executions.wrapping_add(n);
+        let ir = JUMP.ir.load(Ordering::Relaxed);
+        JUMP.ir.store(0, Ordering::Relaxed);
+        // SAFETY: plain writes to the thread's own fields (volatile: no vector code in the
+        // fast path).
+        unsafe {
+            let run = core::ptr::addr_of_mut!(t.run[R_IR]);
+            core::ptr::write_volatile(run, core::ptr::read_volatile(run).wrapping_add(ir));
+            core::ptr::write_volatile(
+                core::ptr::addr_of_mut!(t.fast.last_bb),
+                JUMP.last_bb.load(Ordering::Relaxed) as *const BlockInfo,
+            );
+            core::ptr::write_volatile(
+                core::ptr::addr_of_mut!(t.fast.last_count),
+                JUMP.last_count.load(Ordering::Relaxed) as *mut u64,
+            );
+            core::ptr::write_volatile(
+                core::ptr::addr_of_mut!(t.last_bbcc),
+                Some(JUMP.last_bbcc.load(Ordering::Relaxed) as u32),
+            );
+        }
+    }
+
+    /// Makes [`JUMP`] thread `t`'s (key `key`, whose state is current): the key a plainly
+    /// reached block must have (none unless collecting, the last block ends plainly and the
+    /// context has a key), the top frame's `sp`, the last block's counter and Ir. Only with
+    /// [`Runtime::inline_jumps`]. Integer-only.
+    #[inline(always)]
+    pub fn inline_push(&self, t: &ThreadState, key: u64) {
+        if !self.inline_jumps {
+            return;
+        }
+        let f = &t.fast;
+        let top_ok = f.top_sp == u64::MAX || f.top_sp <= i64::MAX as u64;
+        let mut expect = None;
+        if !f.last_bb.is_null() && t.collect && top_ok {
+            // SAFETY: a leaked BlockInfo.
+            let lbb = unsafe { &*f.last_bb };
+            if lbb.plain_exit {
+                expect = inline_key(f.key, lbb.obj, lbb.sect);
+            }
+            JUMP.last_ir.store(lbb.stat[R_IR], Ordering::Relaxed);
+        }
+        JUMP.owner_neg.store(key.wrapping_neg(), Ordering::Relaxed);
+        JUMP.top_sp
+            .store(f.top_sp.min(i64::MAX as u64), Ordering::Relaxed);
+        JUMP.last_count
+            .store(f.last_count as u64, Ordering::Relaxed);
+        JUMP.expect
+            .store(expect.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
     pub fn setup(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) {
         self.setup_slow(t, bb, sp);
@@ -1818,6 +1916,7 @@ mod tests {
             insn_rep: vec![RepKind::None; n as usize],
             stat: [n, 0, 0, 0, 0],
             fast_miss: Cell::new(core::ptr::null_mut()),
+            jrec: InlineRec::new(),
         }
     }
 
@@ -1832,6 +1931,76 @@ mod tests {
             collect_jumps: jumps,
             ..Runtime::default()
         }
+    }
+
+    /// The only test that touches the global [`JUMP`].
+    #[test]
+    fn inline_state_arms_for_plain_jumps_only_and_folds_back() {
+        let mut rt = runtime(false);
+        rt.inline_jumps = true;
+        let t = rt.thread(7);
+        // SAFETY: the boxed state stays in place; nothing else uses it.
+        let t = unsafe { &mut *t };
+        let a = block(0x1000, 3, JumpExit::None, Vec::new());
+        let b = block(0x1006, 2, JumpExit::None, Vec::new());
+        rt.setup(t, a, 0x8000);
+        rt.setup(t, b, 0x8000);
+        rt.setup(t, a, 0x8000);
+        rt.inline_push(t, 7);
+        let expect = JUMP.expect.load(Ordering::Relaxed);
+        assert_ne!(expect, u64::MAX);
+        // `b` (same context, object, section) matches.
+        let matches =
+            |x: &BlockInfo| expect.wrapping_add(x.jrec.neg_key.load(Ordering::Relaxed)) == 0;
+        assert!(matches(b));
+        let fresh = block(0x1020, 1, JumpExit::None, Vec::new());
+        assert!(!matches(fresh), "a block never set up has no key");
+        assert_eq!(JUMP.owner_neg.load(Ordering::Relaxed), 7u64.wrapping_neg());
+        assert_eq!(JUMP.last_ir.load(Ordering::Relaxed), 3);
+        assert_eq!(JUMP.top_sp.load(Ordering::Relaxed), i64::MAX as u64);
+        // What the inline code does for `b`, then folded back.
+        let before = (rt.bb_executions, t.run[R_IR]);
+        JUMP.bbs.store(1, Ordering::Relaxed);
+        JUMP.ir.store(3, Ordering::Relaxed);
+        JUMP.last_bb
+            .store(b as *const BlockInfo as u64, Ordering::Relaxed);
+        JUMP.last_bbcc
+            .store(b.jrec.bbcc.load(Ordering::Relaxed), Ordering::Relaxed);
+        JUMP.last_count
+            .store(b.jrec.count.load(Ordering::Relaxed), Ordering::Relaxed);
+        rt.inline_pull(t);
+        assert_eq!(
+            (rt.bb_executions, t.run[R_IR]),
+            (before.0 + 1, before.1 + 3)
+        );
+        assert_eq!(t.last_bbcc, Some(b.last.get().2));
+        assert!(core::ptr::eq(t.fast.last_bb, b));
+        assert_eq!(JUMP.bbs.load(Ordering::Relaxed), 0);
+        // After a block ending in a `rep`: nothing may be entered inline.
+        let ctr = Box::leak(Box::new([0u64; 2])).as_mut_ptr();
+        let r = block(0x1010, 2, JumpExit::None, vec![(1, ctr)]);
+        rt.setup(t, r, 0x8000);
+        rt.inline_push(t, 7);
+        assert_eq!(JUMP.expect.load(Ordering::Relaxed), u64::MAX);
+        rt.setup(t, b, 0x8000);
+        rt.inline_push(t, 7);
+        assert!(matches(b));
+        // Collection off: nothing may be entered inline.
+        rt.toggle_collect(t);
+        rt.inline_push(t, 7);
+        assert_eq!(JUMP.expect.load(Ordering::Relaxed), u64::MAX);
+    }
+
+    #[test]
+    fn inline_keys_fold_object_and_section_and_refuse_what_does_not_fit() {
+        let k = fast_key(3, 1, 0);
+        assert_ne!(inline_key(k, 0, 0), inline_key(k, 1, 0));
+        assert_ne!(inline_key(k, 0, 0), inline_key(k, 0, 1));
+        assert_eq!(inline_key(u64::MAX, 0, 0), None);
+        assert_eq!(inline_key(fast_key(0xffff, 0, 0), 0, 0), None);
+        assert_eq!(inline_key(k, 1 << 12, 0), None);
+        assert_eq!(inline_key(k, 0, 16), None);
+        assert!(inline_key(fast_key(0xfffe, 0xfffff, 0xfff), 0xfff, 15).unwrap() < u64::MAX - 1);
     }
 
     #[test]
