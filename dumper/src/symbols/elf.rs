@@ -21,6 +21,7 @@ use std::sync::{Arc, OnceLock};
 
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind as ObjSectionKind, SymbolKind};
 
+use super::cache;
 use crate::error::DumpError;
 
 /// Reader type used for DWARF.
@@ -64,7 +65,10 @@ pub(crate) struct ModuleTables {
     pub sections: Vec<(u64, u64, SectionKind)>,
     pub files: Vec<Arc<str>>,
     pub rows: Vec<Row>,
-    dwarf_sections: Option<HashMap<gimli::SectionId, Reader>>,
+    /// The DWARF sections, loaded at build time or, for tables from the disk cache, on the
+    /// first inlining lookup from `dwarf_from` (the image and its debug file).
+    dwarf_sections: OnceLock<Option<HashMap<gimli::SectionId, Reader>>>,
+    dwarf_from: Option<(PathBuf, Option<PathBuf>)>,
     endian: gimli::RunTimeEndian,
     inline_ctx: OnceLock<Option<addr2line::Context<Reader>>>,
 }
@@ -109,19 +113,36 @@ impl ModuleTables {
     /// Builds the tables for an ELF image (`data`) whose name is `path`.
     pub(crate) fn build(path: &Path, data: &[u8], look_for_debug: bool) -> Result<Self, DumpError> {
         let file = object::File::parse(data).map_err(|e| elf_err(path, e))?;
+        let endian = if file.is_little_endian() {
+            gimli::RunTimeEndian::Little
+        } else {
+            gimli::RunTimeEndian::Big
+        };
+        let debug_path = look_for_debug
+            .then(|| find_debug_file(path, &file))
+            .flatten();
+        // Tables of a module read from a file are cached on disk by what they are built from.
+        let key = look_for_debug
+            .then(|| cache::key(path, file.build_id().ok().flatten(), debug_path.as_deref()))
+            .flatten();
+        if let Some(c) = key.and_then(cache::load) {
+            return Ok(ModuleTables {
+                syms: c.syms,
+                sections: c.sections,
+                files: c.files,
+                rows: c.rows,
+                dwarf_sections: OnceLock::new(),
+                dwarf_from: Some((path.to_path_buf(), debug_path)),
+                endian,
+                inline_ctx: OnceLock::new(),
+            });
+        }
         let mut named: HashMap<u64, (u64, Arc<str>)> = HashMap::new();
         let mut sections = Vec::new();
         collect_sections(&file, &mut sections);
         collect_symbols(&file, &mut named);
 
-        let mut debug_data: Option<Vec<u8>> = None;
-        if look_for_debug {
-            if let Some(p) = find_debug_file(path, &file) {
-                if let Ok(d) = std::fs::read(&p) {
-                    debug_data = Some(d);
-                }
-            }
-        }
+        let debug_data: Option<Vec<u8>> = debug_path.as_ref().and_then(|p| std::fs::read(p).ok());
         let debug_file = match &debug_data {
             Some(d) => object::File::parse(&d[..]).ok(),
             None => None,
@@ -140,22 +161,8 @@ impl ModuleTables {
             .collect();
         syms.sort_by_key(|s| s.start);
 
-        let endian = if file.is_little_endian() {
-            gimli::RunTimeEndian::Little
-        } else {
-            gimli::RunTimeEndian::Big
-        };
-        // DWARF from the image if it has a line table, else from the debug file.
-        let has_lines = |f: &object::File| {
-            f.section_by_name(".debug_line")
-                .is_some_and(|s| s.size() > 0 && s.kind() != ObjSectionKind::UninitializedData)
-        };
-        let dwarf_src = if has_lines(&file) {
-            Some(&file)
-        } else {
-            debug_file.as_ref().filter(|f| has_lines(f))
-        };
-        let dwarf_sections = dwarf_src.map(|f| load_sections(f, endian));
+        let dwarf_sections =
+            dwarf_source(&file, debug_file.as_ref()).map(|f| load_sections(f, endian));
         let mut files = Vec::new();
         let mut rows = Vec::new();
         if let Some(secs) = &dwarf_sections {
@@ -165,12 +172,16 @@ impl ModuleTables {
             }
         }
         rows.sort_by_key(|r| (r.addr, r.file != NO_FILE));
+        if let Some(k) = key {
+            cache::store(k, &syms, &sections, &files, &rows);
+        }
         Ok(ModuleTables {
             syms,
             sections,
             files,
             rows,
-            dwarf_sections,
+            dwarf_sections: OnceLock::from(dwarf_sections),
+            dwarf_from: None,
             endian,
             inline_ctx: OnceLock::new(),
         })
@@ -201,7 +212,19 @@ impl ModuleTables {
     /// The inlined frames at `addr`, innermost first (empty without DWARF or inlining).
     pub(crate) fn inlined(&self, addr: u64) -> Vec<InlinedFrame> {
         let ctx = self.inline_ctx.get_or_init(|| {
-            let secs = self.dwarf_sections.as_ref()?;
+            let secs = self
+                .dwarf_sections
+                .get_or_init(|| {
+                    let (image, debug) = self.dwarf_from.as_ref()?;
+                    let image = std::fs::read(image).ok()?;
+                    let debug = debug.as_ref().and_then(|p| std::fs::read(p).ok());
+                    let file = object::File::parse(&image[..]).ok()?;
+                    let debug_file = debug
+                        .as_ref()
+                        .and_then(|d| object::File::parse(&d[..]).ok());
+                    dwarf_source(&file, debug_file.as_ref()).map(|f| load_sections(f, self.endian))
+                })
+                .as_ref()?;
             addr2line::Context::from_dwarf(make_dwarf(secs, self.endian)?).ok()
         });
         let Some(ctx) = ctx else { return Vec::new() };
@@ -310,6 +333,23 @@ fn find_debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
         return cands.into_iter().find(|p| p.is_file() && p != path);
     }
     None
+}
+
+/// The file whose DWARF describes the image: the image if it has a line table, else its
+/// debug file if that has one.
+fn dwarf_source<'a, 'd>(
+    file: &'a object::File<'d>,
+    debug_file: Option<&'a object::File<'d>>,
+) -> Option<&'a object::File<'d>> {
+    let has_lines = |f: &object::File| {
+        f.section_by_name(".debug_line")
+            .is_some_and(|s| s.size() > 0 && s.kind() != ObjSectionKind::UninitializedData)
+    };
+    if has_lines(file) {
+        Some(file)
+    } else {
+        debug_file.filter(|f| has_lines(f))
+    }
 }
 
 fn load_sections(

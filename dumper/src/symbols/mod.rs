@@ -14,6 +14,7 @@
 //! This module deliberately does no output formatting beyond names: the writers decide how
 //! `???`, hex names and relative addresses are printed.
 
+mod cache;
 pub mod demangle;
 pub(crate) mod elf;
 
