@@ -20,13 +20,14 @@ use crate::context::*;
 /// Bytes of each thread's helper stack.
 const HELPER_STACK_BYTES: usize = 256 * 1024;
 
-/// The full trampoline, in two variants that differ only in how the extended state is saved:
-/// `rgrind_helper_call` with XSAVE (standard format: the header's reserved bytes are zeroed
-/// first, as XRSTOR faults on them and XSAVE leaves them), `rgrind_helper_call_xsavec` with
-/// XSAVEC (compacted, written whole by the instruction), which skips the components in their
-/// initial state: usually all of AVX-512's, when the guest does not use them.
+/// The full trampoline, in variants that differ only in how the extended state is saved
+/// (`$prepare`, `$save`) and restored (`$restore`) in the 64-byte-aligned area on the helper
+/// stack: `rgrind_helper_call` with XSAVE (standard format: the header's reserved bytes are
+/// zeroed first, as XRSTOR faults on them and XSAVE leaves them), `rgrind_helper_call_xsavec`
+/// with XSAVEC (compacted, written whole by the instruction), which skips the components in
+/// their initial state, and `rgrind_helper_call_avx` below.
 macro_rules! full_trampoline {
-    ($name:literal, $prepare:literal, $save:literal) => {
+    ($name:literal, $prepare:literal, $save:literal, $restore:literal) => {
         core::arch::global_asm!(
             concat!(".globl ", $name),
             concat!(".type ", $name, ",@function"),
@@ -58,7 +59,7 @@ macro_rules! full_trampoline {
             "call qword ptr gs:[{func}]",
             "mov eax, {mask}",
             "xor edx, edx",
-            "xrstor64 [rsp]",
+            $restore,
             "mov rsp, rbx",
             "pop rbx",
             "pop r11",
@@ -87,95 +88,45 @@ macro_rules! full_trampoline {
 
 full_trampoline!(
     "rgrind_helper_call",
-    "mov qword ptr [rsp + 520], 0; mov qword ptr [rsp + 528], 0; mov qword ptr [rsp + 536], 0; mov qword ptr [rsp + 544], 0; mov qword ptr [rsp + 552], 0; mov qword ptr [rsp + 560], 0; mov qword ptr [rsp + 568], 0",
-    "xsave64 [rsp]"
+    "mov qword ptr [rsp + 520], 0; mov qword ptr [rsp + 528], 0; \
+     mov qword ptr [rsp + 536], 0; mov qword ptr [rsp + 544], 0; \
+     mov qword ptr [rsp + 552], 0; mov qword ptr [rsp + 560], 0; \
+     mov qword ptr [rsp + 568], 0",
+    "xsave64 [rsp]",
+    "xrstor64 [rsp]"
 );
-full_trampoline!("rgrind_helper_call_xsavec", "", "xsavec64 [rsp]");
+full_trampoline!(
+    "rgrind_helper_call_xsavec",
+    "",
+    "xsavec64 [rsp]",
+    "xrstor64 [rsp]"
+);
 
 // The variant for a guest shown a CPU whose XCR0 is x87|SSE|AVX (Valgrind's): ymm0-15 and
 // MXCSR are saved with plain moves, far cheaper than XSAVE/XRSTOR. Not saved: the x87/MMX
 // state (rgrind's routines and the host library code they reach use SSE/AVX registers for
 // data, never x87) and AVX-512 state (the guest was told it has none).
-core::arch::global_asm!(
-    ".globl rgrind_helper_call_avx",
-    ".type rgrind_helper_call_avx,@function",
-    "rgrind_helper_call_avx:",
-    "mov gs:[{saved_rsp}], rsp",
-    "mov rsp, gs:[{stack}]",
-    "pushfq",
-    "push rax",
-    "push rcx",
-    "push rdx",
-    "push rsi",
-    "push rdi",
-    "push r8",
-    "push r9",
-    "push r10",
-    "push r11",
-    "push rbx",
-    "mov rbx, rsp",
-    "sub rsp, 544",
-    "and rsp, -32",
-    "vmovdqa [rsp + 0], ymm0",
-    "vmovdqa [rsp + 32], ymm1",
-    "vmovdqa [rsp + 64], ymm2",
-    "vmovdqa [rsp + 96], ymm3",
-    "vmovdqa [rsp + 128], ymm4",
-    "vmovdqa [rsp + 160], ymm5",
-    "vmovdqa [rsp + 192], ymm6",
-    "vmovdqa [rsp + 224], ymm7",
-    "vmovdqa [rsp + 256], ymm8",
-    "vmovdqa [rsp + 288], ymm9",
-    "vmovdqa [rsp + 320], ymm10",
-    "vmovdqa [rsp + 352], ymm11",
-    "vmovdqa [rsp + 384], ymm12",
-    "vmovdqa [rsp + 416], ymm13",
-    "vmovdqa [rsp + 448], ymm14",
-    "vmovdqa [rsp + 480], ymm15",
-    "stmxcsr [rsp + 512]",
-    "vzeroupper",
-    "cld",
-    "mov rdi, gs:[{args}]",
-    "mov rsi, gs:[{args} + 8]",
-    "mov rdx, gs:[{args} + 16]",
-    "call qword ptr gs:[{func}]",
-    "ldmxcsr [rsp + 512]",
-    "vmovdqa ymm0, [rsp + 0]",
-    "vmovdqa ymm1, [rsp + 32]",
-    "vmovdqa ymm2, [rsp + 64]",
-    "vmovdqa ymm3, [rsp + 96]",
-    "vmovdqa ymm4, [rsp + 128]",
-    "vmovdqa ymm5, [rsp + 160]",
-    "vmovdqa ymm6, [rsp + 192]",
-    "vmovdqa ymm7, [rsp + 224]",
-    "vmovdqa ymm8, [rsp + 256]",
-    "vmovdqa ymm9, [rsp + 288]",
-    "vmovdqa ymm10, [rsp + 320]",
-    "vmovdqa ymm11, [rsp + 352]",
-    "vmovdqa ymm12, [rsp + 384]",
-    "vmovdqa ymm13, [rsp + 416]",
-    "vmovdqa ymm14, [rsp + 448]",
-    "vmovdqa ymm15, [rsp + 480]",
-    "mov rsp, rbx",
-    "pop rbx",
-    "pop r11",
-    "pop r10",
-    "pop r9",
-    "pop r8",
-    "pop rdi",
-    "pop rsi",
-    "pop rdx",
-    "pop rcx",
-    "pop rax",
-    "popfq",
-    "mov rsp, gs:[{saved_rsp}]",
-    "jmp qword ptr gs:[{ret}]",
-    ".size rgrind_helper_call_avx, . - rgrind_helper_call_avx",
-    saved_rsp = const OFF_HELPER_SAVED_RSP,
-    stack = const OFF_HELPER_STACK,
-    args = const OFF_HELPER_ARGS,
-    func = const OFF_HELPER_FN,
-    ret = const OFF_HELPER_RET,
+full_trampoline!(
+    "rgrind_helper_call_avx",
+    "",
+    "vmovdqa [rsp + 0], ymm0; vmovdqa [rsp + 32], ymm1; \
+     vmovdqa [rsp + 64], ymm2; vmovdqa [rsp + 96], ymm3; \
+     vmovdqa [rsp + 128], ymm4; vmovdqa [rsp + 160], ymm5; \
+     vmovdqa [rsp + 192], ymm6; vmovdqa [rsp + 224], ymm7; \
+     vmovdqa [rsp + 256], ymm8; vmovdqa [rsp + 288], ymm9; \
+     vmovdqa [rsp + 320], ymm10; vmovdqa [rsp + 352], ymm11; \
+     vmovdqa [rsp + 384], ymm12; vmovdqa [rsp + 416], ymm13; \
+     vmovdqa [rsp + 448], ymm14; vmovdqa [rsp + 480], ymm15; \
+     stmxcsr [rsp + 512]; vzeroupper",
+    "ldmxcsr [rsp + 512]; vmovdqa ymm0, [rsp + 0]; \
+     vmovdqa ymm1, [rsp + 32]; vmovdqa ymm2, [rsp + 64]; \
+     vmovdqa ymm3, [rsp + 96]; vmovdqa ymm4, [rsp + 128]; \
+     vmovdqa ymm5, [rsp + 160]; vmovdqa ymm6, [rsp + 192]; \
+     vmovdqa ymm7, [rsp + 224]; vmovdqa ymm8, [rsp + 256]; \
+     vmovdqa ymm9, [rsp + 288]; vmovdqa ymm10, [rsp + 320]; \
+     vmovdqa ymm11, [rsp + 352]; vmovdqa ymm12, [rsp + 384]; \
+     vmovdqa ymm13, [rsp + 416]; vmovdqa ymm14, [rsp + 448]; \
+     vmovdqa ymm15, [rsp + 480]"
 );
 
 // The lean variant for integer-only routines: no vector registers saved, no `cld` (the
