@@ -590,6 +590,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("hello-O0", "hello-O0", &[]),
     gc("tiny", "tiny", &["1", "2"]),
     gc("branchy", "branchy", &[]),
+    gc("dflag", "dflag", &[]),
     gc("exit42", "exit", &["exit42"]),
     gc("return7", "exit", &["return7"]),
     gc("_exit3", "exit", &["_exit3"]),

@@ -3,12 +3,13 @@
 //!
 //! Translated code stores the routine in `gs:[helper_fn]`, its arguments in
 //! `gs:[helper_args]`, the address to resume at in `gs:[helper_ret]`, then jumps to
-//! `gs:[helper_tramp]`. The trampoline switches to the thread's helper stack, saves the
-//! flags, every caller-saved general register and the extended state the guest can see
-//! (ymm0-15 and MXCSR when it was shown Valgrind's AVX2 CPU; else everything, with XSAVEC
-//! where the CPU has it, else XSAVE: the routine may reach host library code that uses AVX/AVX-512),
-//! clears DF, calls the routine, restores everything and jumps back. Integer-only routines
-//! go through a lean variant that saves general registers and arithmetic flags only.
+//! `gs:[helper_tramp]`. The trampoline switches to the thread's helper stack, saves the flags
+//! (restored without the slow popfq: DF and the arithmetic flags), every caller-saved general
+//! register and the extended state the guest can see (ymm0-15 and MXCSR when it was shown
+//! Valgrind's AVX2 CPU; else everything, with XSAVEC where the CPU has it, else XSAVE: the
+//! routine may reach host library code that uses AVX/AVX-512), clears DF, calls the routine,
+//! restores everything and jumps back. Integer-only routines go through a lean variant that
+//! saves general registers and arithmetic flags only.
 //!
 //! # Invariants
 //! * The guest stack (and its red zone) is never written.
@@ -35,6 +36,9 @@ macro_rules! full_trampoline {
             "mov gs:[{saved_rsp}], rsp",
             "mov rsp, gs:[{stack}]",
             "pushfq",
+            "push rax",
+            "lahf",
+            "seto al",
             "push rax",
             "push rcx",
             "push rdx",
@@ -70,8 +74,17 @@ macro_rules! full_trampoline {
             "pop rsi",
             "pop rdx",
             "pop rcx",
+            // The flags without the slow popfq: DF (the routine runs after `cld`) from the
+            // image pushed on entry, then the arithmetic flags kept with lahf/seto; the
+            // routine changes no other flag.
+            "test dword ptr [rsp + 16], 0x400",
+            "jz 3f",
+            "std",
+            "3:",
             "pop rax",
-            "popfq",
+            "add al, 0x7f",
+            "sahf",
+            "pop rax",
             "mov rsp, gs:[{saved_rsp}]",
             "jmp qword ptr gs:[{ret}]",
             concat!(".size ", $name, ", . - ", $name),

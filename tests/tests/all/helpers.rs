@@ -161,6 +161,38 @@ fn guest_vector_state_survives_instrumentation() {
     }
 }
 
+/// The direction flag set by the guest survives the helpers' trampolines (the full one clears
+/// DF for the routine and restores it without popfq).
+#[test]
+fn direction_flag_survives_helper_calls() {
+    let cmd = rgrind_tests::guest_case("dflag").cmd();
+    let native = rgrind_tests::run(&cmd);
+    assert_eq!(native.stdout_str(), "abcd1");
+    for opts in [
+        &["--tool=callgrind", "--callgrind-out-file=/dev/null"][..],
+        &[
+            "--tool=callgrind",
+            "--cache-sim=yes",
+            "--callgrind-out-file=/dev/null",
+        ][..],
+        &[
+            "--tool=cachegrind",
+            "--cache-sim=yes",
+            "--cachegrind-out-file=/dev/null",
+        ][..],
+    ] {
+        let mut all = vec!["-q"];
+        all.extend_from_slice(opts);
+        let out = rgrind_tests::run_rgrind(&all, &cmd);
+        assert_eq!(
+            out.stdout_str(),
+            "abcd1",
+            "under {opts:?}: {}",
+            out.describe()
+        );
+    }
+}
+
 /// Real programs under the instrumenting tools behave as natively (sqlite once computed a wrong
 /// result under callgrind when a helper clobbered AVX state).
 #[test]
