@@ -112,6 +112,28 @@ pub fn guest(name: &str) -> PathBuf {
     p
 }
 
+/// Callgrind's name compression (`--compress-strings=yes`): `(id) name` defines an id, a later
+/// `(id)` refers to it. One table per name space (`fn`, `fl`/`fi`/`fe`, `ob`...), keyed here by
+/// the caller's space character.
+#[derive(Default)]
+pub struct CallgrindNames(std::collections::BTreeMap<(char, String), String>);
+
+impl CallgrindNames {
+    /// The name a value of space `space` stands for (uncompressed values stand for themselves).
+    pub fn resolve(&mut self, space: char, value: &str) -> String {
+        let v = value.trim();
+        if let Some((id, n)) = v.strip_prefix('(').and_then(|rest| rest.split_once(')')) {
+            let key = (space, id.to_string());
+            let n = n.trim();
+            if !n.is_empty() {
+                self.0.insert(key.clone(), n.to_string());
+            }
+            return self.0.get(&key).cloned().unwrap_or_default();
+        }
+        v.to_string()
+    }
+}
+
 /// A per-process scratch folder under the system temp dir (created on first use).
 pub fn scratch_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();

@@ -38,20 +38,9 @@ struct Profile {
 /// compression, one event).
 fn parse(text: &str) -> Profile {
     let mut p = Profile::default();
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut name = |v: &str| -> String {
-        let v = v.trim();
-        if let Some(rest) = v.strip_prefix('(') {
-            if let Some((id, n)) = rest.split_once(')') {
-                let n = n.trim();
-                if !n.is_empty() {
-                    names.insert(id.to_string(), n.to_string());
-                }
-                return names.get(id).cloned().unwrap_or_default();
-            }
-        }
-        v.to_string()
-    };
+    // One space: these readers only resolve function names.
+    let mut names = rgrind_tests::CallgrindNames::default();
+    let mut name = |v: &str| names.resolve('f', v);
     let (mut cur, mut callee, mut pending) = (String::new(), String::new(), None);
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("fn=") {

@@ -135,7 +135,7 @@ fn build(name: &str, source: &str, flags: &[&str]) -> Option<PathBuf> {
 }
 
 /// A fresh folder for one run's files.
-fn fresh_dir(name: &str) -> PathBuf {
+pub(crate) fn fresh_dir(name: &str) -> PathBuf {
     let d = scratch_dir().join(name);
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
@@ -144,7 +144,7 @@ fn fresh_dir(name: &str) -> PathBuf {
 
 /// Runs `exe` under rgrind (or Valgrind) with `--tool=callgrind`, the output file
 /// `dir/cg.out` and `opts`; the run must succeed.
-fn profile(vg: Option<&Path>, exe: &Path, dir: &Path, opts: &[&str]) {
+pub(crate) fn profile(vg: Option<&Path>, exe: &Path, dir: &Path, opts: &[&str]) {
     let file = format!("--callgrind-out-file={}", dir.join("cg.out").display());
     let mut all = vec!["--tool=callgrind", file.as_str()];
     all.extend_from_slice(opts);
@@ -157,7 +157,7 @@ fn profile(vg: Option<&Path>, exe: &Path, dir: &Path, opts: &[&str]) {
 }
 
 /// Every file of a run folder, by name.
-fn files(dir: &Path) -> BTreeMap<String, String> {
+pub(crate) fn files(dir: &Path) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     for e in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
         let p = e.expect("dir entry").path();
@@ -200,28 +200,13 @@ struct ClFile {
 /// records each followed by their source-position line.
 fn read_cl(text: &str) -> ClFile {
     let mut f = ClFile::default();
-    let mut names: BTreeMap<(char, String), String> = BTreeMap::new();
+    let mut names = rgrind_tests::CallgrindNames::default();
     let mut npos = 1;
     let mut cur = String::new();
     let mut last: Vec<u64> = Vec::new();
     // Some(None): the next line is a call site; Some(Some(..)): a jump's source line.
     let mut pending: Option<Option<(String, String, Vec<u64>)>> = None;
-    let mut name = |space: char, v: &str| -> String {
-        let v = v.trim();
-        if let Some(rest) = v.strip_prefix('(') {
-            if let Some((id, n)) = rest.split_once(')') {
-                let n = n.trim();
-                if !n.is_empty() {
-                    names.insert((space, id.to_string()), n.to_string());
-                }
-                return names
-                    .get(&(space, id.to_string()))
-                    .cloned()
-                    .unwrap_or_default();
-            }
-        }
-        v.to_string()
-    };
+    let mut name = |space: char, v: &str| names.resolve(space, v);
     let pos = |toks: &[&str], last: &[u64]| -> Vec<u64> {
         toks.iter()
             .enumerate()

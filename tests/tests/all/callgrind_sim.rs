@@ -160,20 +160,9 @@ fn add(acc: &mut Vec<u64>, v: &[u64]) {
 
 fn parse(text: &str) -> Profile {
     let mut p = Profile::default();
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
-    let mut name = |v: &str| -> String {
-        let v = v.trim();
-        if let Some(rest) = v.strip_prefix('(') {
-            if let Some((id, n)) = rest.split_once(')') {
-                let n = n.trim();
-                if !n.is_empty() {
-                    names.insert(id.to_string(), n.to_string());
-                }
-                return names.get(id).cloned().unwrap_or_default();
-            }
-        }
-        v.to_string()
-    };
+    // One space: these readers only resolve function names.
+    let mut names = rgrind_tests::CallgrindNames::default();
+    let mut name = |v: &str| names.resolve('f', v);
     let (mut cur, mut callee, mut pending, mut last) = (String::new(), String::new(), None, 0u64);
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("events: ") {
@@ -436,28 +425,14 @@ fn callgrind_annotate_reads_the_files() {
 /// Runs `exe` under rgrind (or Valgrind, `vg`) with `--tool=callgrind`, the output file
 /// `<scratch>/clgsim/<name>/cg.out` and `opts`; returns every non-empty file it wrote, by name.
 fn profiles(vg: Option<&Path>, exe: &Path, name: &str, opts: &[&str]) -> BTreeMap<String, Profile> {
-    let dir = scratch_dir().join("clgsim").join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let file = format!("--callgrind-out-file={}", dir.join("cg.out").display());
-    let mut all = vec!["--tool=callgrind", file.as_str()];
-    all.extend_from_slice(opts);
-    let cmd = Cmd::new(exe);
-    let o = match vg {
-        Some(v) => run_valgrind(v, &all, &cmd),
-        None => run_rgrind(&all, &cmd),
-    };
-    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
-    let mut out = BTreeMap::new();
-    for e in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let p = e.expect("dir entry").path();
-        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
-        if !text.is_empty() {
-            let n = p.file_name().map(|n| n.to_string_lossy().into_owned());
-            out.insert(n.unwrap_or_default(), parse(&text));
-        }
-    }
-    out
+    use crate::callgrind_opts::{files, fresh_dir, profile};
+    let dir = fresh_dir(&format!("clgsim/{name}"));
+    profile(vg, exe, &dir, opts);
+    files(&dir)
+        .into_iter()
+        .filter(|(_, text)| !text.is_empty())
+        .map(|(n, text)| (n, parse(&text)))
+        .collect()
 }
 
 /// The events of a file's self-cost lines, summed.
