@@ -624,18 +624,14 @@ fn env_without_preload(
         .position(|v| v.as_bytes().starts_with(b"LD_PRELOAD="))?;
     let value = &env[i].as_bytes()[b"LD_PRELOAD=".len()..];
     let p = preload.as_os_str().as_bytes();
-    let rest: Vec<&[u8]> = value
+    let entries: Vec<&[u8]> = value
         .split(|&b| b == b':' || b == b' ')
-        .filter(|x| !x.is_empty() && *x != p)
+        .filter(|x| !x.is_empty())
         .collect();
-    if rest.len()
-        == value
-            .split(|&b| b == b':' || b == b' ')
-            .filter(|x| !x.is_empty())
-            .count()
-    {
+    if !entries.contains(&p) {
         return None;
     }
+    let rest: Vec<&[u8]> = entries.into_iter().filter(|x| *x != p).collect();
     if rest.is_empty() {
         env.remove(i);
     } else {
