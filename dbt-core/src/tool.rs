@@ -7,6 +7,9 @@
 //!
 //! It gets a read-only [`BlockView`] of each block and an [`Instrumenter`] with a few
 //! primitives; code generation stays in the core.
+/// Block counters (`Instrumenter::count_block`) of self-loops are spread over loop shares by
+/// the translator; this folds them back. Call it before reading block counters.
+pub use crate::instrument::arena::fold_loop_shares as fold_block_counters;
 pub use crate::instrument::{
     AccessKind, BlockView, CallArg, DataRef, FlowKind, Helper, InsnView, Instrumenter, MemAccess,
     MruCache, RepKind,

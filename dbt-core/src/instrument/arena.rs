@@ -5,6 +5,9 @@
 //! * An array is never freed or moved: its address is embedded in translations and read by
 //!   the tool at the end.
 //! * The same `(start, end, n)` key always gives the same array (retranslation keeps counts).
+//! * A block counter's loop shares (`loop_shares`) are found again by the counter's address,
+//!   and `fold_loop_shares` moves their counts into it: a counter plus its shares is the
+//!   block's execution count at every moment the guest is stopped.
 //!
 //! Translated code writes the arrays without a lock (guest threads run one at a time); this
 //! module's own lock is taken only by the translator and by tools outside translated code.
@@ -27,6 +30,8 @@ struct Chunk {
 struct Arena {
     chunks: Vec<Chunk>,
     arrays: HashMap<(u64, u64, usize), u64>,
+    /// Block counter -> its loop shares (`loop_shares`): first share, count.
+    shares: HashMap<u64, (u64, usize)>,
 }
 
 static ARENA: Mutex<Option<Arena>> = Mutex::new(None);
@@ -77,41 +82,91 @@ pub fn cost_array(start: u64, end: u64, n: usize, host: u64) -> *mut u64 {
     if let Some(&p) = a.arrays.get(&(start, end, n)) {
         return p as *mut u64;
     }
-    let bytes = ((n.max(1) * 8) as u64 + 63) & !63;
-    let fits = |c: &Chunk| CHUNK - c.used >= bytes;
-    let near = a
-        .chunks
-        .iter()
-        .position(|c| !c.far && c.base.abs_diff(host) < NEAR && fits(c));
-    let i = near
-        .or_else(|| {
-            let base = new_near_chunk(host)?;
-            a.chunks.push(Chunk {
-                base,
-                used: 0,
-                far: false,
-            });
-            Some(a.chunks.len() - 1)
-        })
-        .or_else(|| a.chunks.iter().position(|c| c.far && fits(c)))
-        .or_else(|| {
-            let base = map(0, 0)?;
-            a.chunks.push(Chunk {
-                base,
-                used: 0,
-                far: true,
-            });
-            Some(a.chunks.len() - 1)
-        });
-    let found = i.map(|i| &mut a.chunks[i]);
-    let p = match found {
-        Some(c) => {
-            let p = c.base + c.used;
-            c.used += bytes;
-            p
-        }
-        None => crate::core_state::fatal("cannot map memory for cost arrays"),
-    };
+    let p = a.alloc(n, host);
     a.arrays.insert((start, end, n), p);
     p as *mut u64
+}
+
+/// `n` zeroed counters that share the count of block counter `counter` (the translator gives
+/// each unrolled copy of a self-loop its own counter, so that consecutive iterations do not
+/// wait on one another's read-modify-write). The same counter gets the same shares again.
+pub fn loop_shares(counter: *mut u64, n: usize, host: u64) -> Vec<*mut u64> {
+    let mut guard = ARENA.lock().unwrap_or_else(|p| p.into_inner());
+    let a = guard.get_or_insert_with(Arena::default);
+    let key = counter as u64;
+    let base = match a.shares.get(&key) {
+        Some(&(base, have)) if have >= n => base,
+        _ => {
+            // A longer list replaces a shorter one: the old shares are folded first.
+            if let Some((base, have)) = a.shares.remove(&key) {
+                fold_one(key, base, have);
+            }
+            let base = a.alloc(n, host);
+            a.shares.insert(key, (base, n));
+            base
+        }
+    };
+    (0..n).map(|i| (base + 8 * i as u64) as *mut u64).collect()
+}
+
+/// Moves the counts of every loop share into its block counter. Call with no guest code
+/// running (a tool's `fini`, a client request, a dump), before reading block counters.
+pub fn fold_loop_shares() {
+    let guard = ARENA.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(a) = guard.as_ref() else { return };
+    for (&counter, &(base, n)) in &a.shares {
+        fold_one(counter, base, n);
+    }
+}
+
+fn fold_one(counter: u64, base: u64, n: usize) {
+    for i in 0..n {
+        // SAFETY: arena memory is never freed; `base` holds `n` counters of `counter`, which
+        // translated code only writes while the guest runs (it does not, see the callers).
+        unsafe {
+            let s = (base + 8 * i as u64) as *mut u64;
+            let c = counter as *mut u64;
+            *c = (*c).wrapping_add(core::mem::take(&mut *s));
+        }
+    }
+}
+
+impl Arena {
+    /// `n` zeroed words near `host` (or anywhere, when nothing near can be mapped).
+    fn alloc(&mut self, n: usize, host: u64) -> u64 {
+        let bytes = ((n.max(1) * 8) as u64 + 63) & !63;
+        let fits = |c: &Chunk| CHUNK - c.used >= bytes;
+        let near = self
+            .chunks
+            .iter()
+            .position(|c| !c.far && c.base.abs_diff(host) < NEAR && fits(c));
+        let i = near
+            .or_else(|| {
+                let base = new_near_chunk(host)?;
+                self.chunks.push(Chunk {
+                    base,
+                    used: 0,
+                    far: false,
+                });
+                Some(self.chunks.len() - 1)
+            })
+            .or_else(|| self.chunks.iter().position(|c| c.far && fits(c)))
+            .or_else(|| {
+                let base = map(0, 0)?;
+                self.chunks.push(Chunk {
+                    base,
+                    used: 0,
+                    far: true,
+                });
+                Some(self.chunks.len() - 1)
+            });
+        match i.map(|i| &mut self.chunks[i]) {
+            Some(c) => {
+                let p = c.base + c.used;
+                c.used += bytes;
+                p
+            }
+            None => crate::core_state::fatal("cannot map memory for cost arrays"),
+        }
+    }
 }

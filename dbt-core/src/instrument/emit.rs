@@ -93,6 +93,8 @@ pub(crate) struct Plan {
     facts: Vec<InsnFacts>,
     /// Where the block counter goes and whether it may use flag-changing code there.
     count_at: usize,
+    /// Counter used in place of `Op::CountBlock`'s (an unrolled copy's loop share).
+    counter_override: Option<*mut u64>,
     slow: Vec<Slow>,
 }
 
@@ -119,8 +121,23 @@ impl Plan {
                 })
                 .collect(),
             count_at,
+            counter_override: None,
             slow: Vec::new(),
         }
+    }
+
+    /// The block counter, when counting executions is all this plan does (the translator may
+    /// then unroll a self-loop, each copy with its own share of the counter).
+    pub(crate) fn counter_only(&self) -> Option<*mut u64> {
+        match self.ops.as_slice() {
+            [Op::CountBlock(c)] => Some(*c),
+            _ => None,
+        }
+    }
+
+    /// Makes the following `emit_before` calls bump `ctr` instead of the block counter.
+    pub(crate) fn set_counter(&mut self, ctr: *mut u64) {
+        self.counter_override = Some(ctr);
     }
 
     /// Upper bound on the bytes this plan adds to the translation.
@@ -159,6 +176,7 @@ impl Plan {
         for op in &ops {
             match *op {
                 Op::CountBlock(ctr) if i == self.count_at => {
+                    let ctr = self.counter_override.unwrap_or(ctr);
                     add_one(a, host, ctr, self.live[i]);
                 }
                 Op::Fetch {

@@ -239,7 +239,9 @@ impl Instrumenter {
         arena::cost_array(self.key.0, self.key.1, n, self.host)
     }
 
-    /// Adds 1 to `*counter` each time the block runs.
+    /// Adds 1 to `*counter` each time the block runs. In a block that loops on itself the
+    /// count may be spread over extra counters: read `*counter` only after
+    /// [`crate::tool::fold_block_counters`].
     pub fn count_block(&mut self, counter: *mut u64) {
         self.ops.push(Op::CountBlock(counter));
     }

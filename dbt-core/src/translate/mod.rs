@@ -316,6 +316,13 @@ impl Emitter {
         let label = self.new_exit(ExitKind::Direct, target);
         self.align_rel32(2);
         let at = self.off();
+        self.jcc_to(cc, label);
+        debug_assert_eq!(self.off(), at + 6);
+        self.exits.last_mut().unwrap().patch_off = Some(at + 2);
+    }
+
+    /// `jcc rel32` with condition `cc` (0..=15) to `label`.
+    fn jcc_to(&mut self, cc: u8, label: DynamicLabel) {
         macro_rules! jcc {
             ($($n:literal => $op:ident),*) => {
                 match cc {
@@ -326,8 +333,6 @@ impl Emitter {
         }
         jcc!(0 => jo, 1 => jno, 2 => jb, 3 => jae, 4 => je, 5 => jne, 6 => jbe, 7 => ja,
              8 => js, 9 => jns, 10 => jp, 11 => jnp, 12 => jl, 13 => jge, 14 => jle, 15 => jg);
-        debug_assert_eq!(self.off(), at + 6);
-        self.exits.last_mut().unwrap().patch_off = Some(at + 2);
     }
 
     /// Pushes the 64-bit guest return address without touching flags or registers.
@@ -607,9 +612,18 @@ pub fn translate(
         .reserve(guest, 4096)
         .ok_or(TranslateError::CacheFull)?;
     let mut plan = crate::instrument::plan_block(&insns, tool, near);
+    let code_end = insns.last().map_or(guest, |i| i.next_ip());
+    let smc = code_end > guest && writable(guest, code_end);
+    let loop_cc = self_loop_cc(&insns, &end, guest).filter(|_| !smc);
+    let shares = match (loop_cc, plan.counter_only()) {
+        (Some(_), Some(ctr)) => crate::instrument::arena::loop_shares(ctr, LOOP_COPIES - 1, near),
+        _ => Vec::new(),
+    };
+    let copies = shares.len() as u64 + 1;
     // Guest bytes x8 leaves room for a self-modifying-code entry check.
-    let bound =
-        512 + plan.code_bound() + insns.iter().map(|i| i.len() as u64 * 8 + 160).sum::<u64>();
+    let bound = 512
+        + copies
+            * (plan.code_bound() + insns.iter().map(|i| i.len() as u64 * 8 + 160).sum::<u64>());
     let host = cache
         .reserve(guest, bound)
         .ok_or(TranslateError::CacheFull)?;
@@ -621,24 +635,40 @@ pub fn translate(
     };
     let internal = |what: String| TranslateError::Internal { addr: guest, what };
     let mut guest_end = guest;
-    let code_end = insns.last().map_or(guest, |i| i.next_ip());
-    if code_end > guest && writable(guest, code_end) {
+    if smc {
         em.smc_check(guest, &buf[..(code_end - guest) as usize]);
     }
-    let mut insn_starts = Vec::with_capacity(insns.len());
-    for (i, insn) in insns.iter().enumerate() {
-        guest_end = insn.next_ip();
-        insn_starts.push((em.off() as u32, insn.ip()));
-        let bytes = &buf[(insn.ip() - guest) as usize..(insn.next_ip() - guest) as usize];
-        let failed = |what: String| TranslateError::Internal {
-            addr: insn.ip(),
-            what: format!("{what} (`{}`)", insn_text(insn)),
-        };
-        plan.emit_before(&mut em.ops, host, i).map_err(failed)?;
-        if plan.emit_rep(&mut em.ops, host, i, bytes).map_err(failed)? {
-            continue;
+    let mut insn_starts = Vec::with_capacity(insns.len() * copies as usize);
+    // A self-loop is emitted `copies` times, each copy bumping its own share of the block
+    // counter and branching back into the next copy (the last into the first, the block's
+    // entry): see `LOOP_COPIES`.
+    let heads: Vec<DynamicLabel> = (0..copies).map(|_| em.ops.new_dynamic_label()).collect();
+    for (k, &head) in heads.iter().enumerate() {
+        dynasm!(em.ops ; .arch x64 ; =>head);
+        if k > 0 {
+            plan.set_counter(shares[k - 1]);
         }
-        emit_insn(&mut em, insn, bytes).map_err(failed)?;
+        for (i, insn) in insns.iter().enumerate() {
+            guest_end = insn.next_ip();
+            insn_starts.push((em.off() as u32, insn.ip()));
+            let bytes = &buf[(insn.ip() - guest) as usize..(insn.next_ip() - guest) as usize];
+            let failed = |what: String| TranslateError::Internal {
+                addr: insn.ip(),
+                what: format!("{what} (`{}`)", insn_text(insn)),
+            };
+            plan.emit_before(&mut em.ops, host, i).map_err(failed)?;
+            if plan.emit_rep(&mut em.ops, host, i, bytes).map_err(failed)? {
+                continue;
+            }
+            match loop_cc {
+                Some(cc) if copies > 1 && i + 1 == insns.len() => {
+                    let next_head = heads[(k + 1) % heads.len()];
+                    em.jcc_to(cc, next_head);
+                    em.jmp_exit(ExitKind::Direct, insn.next_ip());
+                }
+                _ => emit_insn(&mut em, insn, bytes).map_err(failed)?,
+            }
+        }
     }
     match end {
         BlockEnd::FallThrough(next) => em.jmp_exit(ExitKind::Direct, next),
@@ -812,6 +842,30 @@ fn is_xsave_family(code: Code) -> bool {
             | Code::Xrstor_mem
             | Code::Xrstor64_mem
     )
+}
+
+/// Copies of a self-loop's translation when its only instrumentation is the block counter: a
+/// counter bumped in memory makes each iteration wait for the previous iteration's
+/// read-modify-write (store forwarding, ~5 cycles), which dominates tight loops; with four
+/// counters each waits on the iteration four back.
+const LOOP_COPIES: usize = 4;
+/// Longest self-loop (in instructions) that is unrolled.
+const LOOP_MAX_INSNS: usize = 32;
+
+/// The condition code of a block that ends in a conditional branch back to its own start
+/// (`guest`), when it is short enough to unroll.
+fn self_loop_cc(insns: &[Instruction], end: &BlockEnd, guest: u64) -> Option<u8> {
+    let last = insns.last()?;
+    let ok = matches!(end, BlockEnd::Control)
+        && insns.len() <= LOOP_MAX_INSNS
+        && last.flow_control() == FlowControl::ConditionalBranch
+        && last.near_branch_target() == guest
+        && !is_rcx_branch(last);
+    if ok {
+        cc_number(last.condition_code())
+    } else {
+        None
+    }
 }
 
 fn is_rcx_branch(insn: &Instruction) -> bool {

@@ -305,6 +305,7 @@ impl Cachegrind {
 
     /// Per-instruction costs (runtime address -> one count per event) and the totals.
     fn collect(&self) -> (BTreeMap<u64, Vec<u64>>, summary::Totals) {
+        dbt_core::tool::fold_block_counters();
         let n_events = self.events().len();
         let mut costs: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
         let mut t = summary::Totals::default();
