@@ -172,9 +172,8 @@ impl Plan {
         if self.is_empty() {
             return Ok(());
         }
-        let ops = self.ops.clone();
-        for op in &ops {
-            match *op {
+        for k in 0..self.ops.len() {
+            match self.ops[k] {
                 Op::CountBlock(ctr) if i == self.count_at => {
                     let ctr = self.counter_override.unwrap_or(ctr);
                     add_one(a, host, ctr, self.live[i]);
@@ -327,15 +326,14 @@ impl Plan {
             ; jmp =>done
             ; body:
         );
-        let ops = self.ops.clone();
-        for op in &ops {
+        for k in 0..self.ops.len() {
             if let Op::Data {
                 insn,
                 dref,
                 cache,
                 helper,
                 after_miss,
-            } = *op
+            } = self.ops[k]
             {
                 if insn == i {
                     self.data(a, i, dref, cache, (helper, after_miss), true)?;

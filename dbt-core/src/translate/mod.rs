@@ -24,6 +24,11 @@ use iced_x86::{
 
 /// Most guest bytes one block may span.
 const MAX_BLOCK_BYTES: usize = 2048;
+/// Bytes read for a block at first, and how close to their end decoding may come before the
+/// block is decoded again from `MAX_BLOCK_BYTES` (an instruction or a client-request
+/// preamble may have been cut off).
+const FIRST_READ: usize = 256;
+const READ_MARGIN: u64 = 32;
 
 #[derive(Clone, Copy, Debug)]
 pub struct TranslateOptions {
@@ -596,10 +601,23 @@ pub fn translate(
     opts: &TranslateOptions,
     writable: &dyn Fn(u64, u64) -> bool,
 ) -> Result<u64, TranslateError> {
-    let mut buf = vec![0u8; MAX_BLOCK_BYTES];
+    // Most blocks are a few dozen bytes: read a little first (each read is a system call that
+    // pins the pages), all that a block may span only when the first read was too short.
+    let mut buf = vec![0u8; FIRST_READ];
     let n = read_guest(guest, &mut buf);
     buf.truncate(n);
-    let (insns, end) = decode_block(guest, &buf, opts);
+    let (mut insns, mut end) = decode_block(guest, &buf, opts);
+    let decoded_to = match end {
+        BlockEnd::FallThrough(next) => next,
+        BlockEnd::Control => insns.last().map_or(guest, |i| i.next_ip()),
+        BlockEnd::Trap { addr, .. } => addr,
+    };
+    if n == FIRST_READ && decoded_to - guest + READ_MARGIN > FIRST_READ as u64 {
+        buf.resize(MAX_BLOCK_BYTES, 0);
+        let n = read_guest(guest, &mut buf);
+        buf.truncate(n);
+        (insns, end) = decode_block(guest, &buf, opts);
+    }
     for insn in &insns {
         if uses_gs(insn) {
             return Err(TranslateError::Unsupported {

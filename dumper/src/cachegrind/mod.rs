@@ -15,7 +15,7 @@
 pub(crate) mod reader;
 mod writer;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::error::DumpError;
 use crate::symbols::Symbolizer;
@@ -79,8 +79,11 @@ impl CgProfile {
     ) -> Result<Self, DumpError> {
         let mut p = CgProfile::new(desc, cmd, events);
         let n = p.events.len();
-        // Consecutive instructions usually share a function and file: cache the last names.
-        let mut last: Option<(String, String)> = None;
+        // Consecutive instructions usually share a function and file: names are copied only
+        // when they change, and each (file, function) is looked up once.
+        let mut groups: Vec<((String, String), BTreeMap<u32, Vec<u64>>)> = Vec::new();
+        let mut index: HashMap<(String, String), usize> = HashMap::new();
+        let mut cur: Option<usize> = None;
         for (&addr, c) in costs {
             if c.len() != n {
                 return Err(DumpError::Invalid(format!(
@@ -89,17 +92,25 @@ impl CgProfile {
                 )));
             }
             let loc = sym.lookup_fast(addr);
-            let key = match &last {
-                Some((f, g)) if f == loc.file_name() && g == loc.fn_name() => {
-                    (f.clone(), g.clone())
-                }
-                _ => (loc.file_name().to_string(), loc.fn_name().to_string()),
+            let same = |i: usize| {
+                let (f, g) = &groups[i].0;
+                f == loc.file_name() && g == loc.fn_name()
             };
-            last = Some(key.clone());
-            let per_line = p.records.entry(key).or_default();
-            let slot = per_line.entry(loc.line).or_insert_with(|| vec![0; n]);
+            let i = match cur {
+                Some(i) if same(i) => i,
+                _ => {
+                    let key = (loc.file_name().to_string(), loc.fn_name().to_string());
+                    *index.entry(key.clone()).or_insert_with(|| {
+                        groups.push((key, BTreeMap::new()));
+                        groups.len() - 1
+                    })
+                }
+            };
+            cur = Some(i);
+            let slot = groups[i].1.entry(loc.line).or_insert_with(|| vec![0; n]);
             add_into(slot, c);
         }
+        p.records.extend(groups);
         Ok(p)
     }
 

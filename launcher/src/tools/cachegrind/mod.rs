@@ -336,9 +336,15 @@ impl Cachegrind {
                 } else {
                     0
                 };
-                let mut v = vec![ir];
+                let mut v = [0u64; 13];
+                let mut k = 0;
+                let mut push = |vals: &[u64]| {
+                    v[k..k + vals.len()].copy_from_slice(vals);
+                    k += vals.len();
+                };
+                push(&[ir]);
                 if self.opts.cache_sim {
-                    v.extend([slot[0], slot[1], dr, slot[2], slot[3], dw, slot[4], slot[5]]);
+                    push(&[slot[0], slot[1], dr, slot[2], slot[3], dw, slot[4], slot[5]]);
                     t.i1mr += slot[0];
                     t.ilmr += slot[1];
                     t.dr += dr;
@@ -349,7 +355,7 @@ impl Cachegrind {
                     t.dlmw += slot[5];
                 }
                 if self.opts.branch_sim {
-                    v.extend([bc, slot[S_BCM], bi, slot[S_BIM]]);
+                    push(&[bc, slot[S_BCM], bi, slot[S_BIM]]);
                     t.bc += bc;
                     t.bcm += slot[S_BCM];
                     t.bi += bi;
