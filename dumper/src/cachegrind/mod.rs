@@ -28,7 +28,10 @@ pub const EVENTS_CACHE: &[&str] = &[
 ];
 
 /// Costs per (file, function) and line.
-pub type CgRecords = BTreeMap<(String, String), BTreeMap<u32, Vec<u64>>>;
+pub type CgRecords = BTreeMap<(String, String), LineCosts>;
+
+/// Costs per line of one (file, function).
+pub type LineCosts = BTreeMap<u32, Vec<u64>>;
 
 /// A Cachegrind profile as stored in a `cachegrind.out` file.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -81,7 +84,7 @@ impl CgProfile {
         let n = p.events.len();
         // Consecutive instructions usually share a function and file: names are copied only
         // when they change, and each (file, function) is looked up once.
-        let mut groups: Vec<((String, String), BTreeMap<u32, Vec<u64>>)> = Vec::new();
+        let mut groups: Vec<((String, String), LineCosts)> = Vec::new();
         let mut index: HashMap<(String, String), usize> = HashMap::new();
         let mut cur: Option<usize> = None;
         for (&addr, c) in costs {
