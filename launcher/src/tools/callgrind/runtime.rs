@@ -892,11 +892,13 @@ impl Runtime {
         if lbb.exit == Exit::Call {
             return self.setup_fast_call(t, lbb, bb, sp);
         }
-        if f.key == u64::MAX || f.key != bb.fast_key.get() {
-            return false;
-        }
+        // A return checks the context it returns into itself (the thread's key is the
+        // callee's).
         if lbb.exit == Exit::Return && lbb.rep.is_empty() {
             return self.setup_fast_ret(t, lbb, bb, sp);
+        }
+        if f.key == u64::MAX || f.key != bb.fast_key.get() {
+            return false;
         }
         if !lbb.plain_exit
             || bb.is_entry
