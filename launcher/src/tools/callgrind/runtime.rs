@@ -890,12 +890,23 @@ impl Runtime {
         // SAFETY: `last_bb` is a leaked BlockInfo (never freed), set by `refresh_fast`.
         let lbb = unsafe { &*f.last_bb };
         if lbb.exit == Exit::Call {
+            if bb.flags.skip {
+                return self.setup_fast_call_skipped(t, lbb, bb, sp);
+            }
             return self.setup_fast_call(t, lbb, bb, sp);
         }
         // A return checks the context it returns into itself (the thread's key is the
         // callee's).
         if lbb.exit == Exit::Return && lbb.rep.is_empty() {
+            let two =
+                t.stack.len() >= 2 && t.stack.get(t.stack.len() - 2).is_some_and(|e| e.sp < sp);
+            if two {
+                return self.setup_fast_ret2(t, lbb, bb, sp);
+            }
             return self.setup_fast_ret(t, lbb, bb, sp);
+        }
+        if lbb.plain_exit && (bb.is_entry || lbb.obj != bb.obj || lbb.sect != bb.sect) {
+            return self.setup_fast_jump_call(t, lbb, bb, sp);
         }
         if f.key == u64::MAX || f.key != bb.fast_key.get() {
             return false;
@@ -1072,30 +1083,9 @@ impl Runtime {
         if let Some(jc) = self.jccs.get_mut(j as usize) {
             jc.count = jc.count.wrapping_add(1);
         }
-        // SAFETY: `n < capacity` (checked above), so the slot is allocated; every field is
-        // written (the cost word by word: no vector registers here) before the length
-        // covers it.
-        unsafe {
-            let e = t.stack.as_mut_ptr().add(n);
-            core::ptr::addr_of_mut!((*e).jcc).write(Some(j));
-            core::ptr::addr_of_mut!((*e).sp).write(sp);
-            core::ptr::addr_of_mut!((*e).ret_addr).write(lbb.end);
-            core::ptr::addr_of_mut!((*e).cxt).write(Some(old_cxt));
-            core::ptr::addr_of_mut!((*e).fn_sp).write(fsp);
-            core::ptr::addr_of_mut!((*e).nonskipped).write(None);
-            let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
-            for k in 0..RUN {
-                let v = if k < self.n_cost { t.run[k] } else { 0 };
-                core::ptr::write_volatile(ec.add(k), v);
-            }
-            t.stack.set_len(n + 1);
-        }
+        self.push_frame(t, Some(j), sp, lbb.end, Some(old_cxt), None);
         if push_fn {
-            // SAFETY: as above, `fsp < capacity`.
-            unsafe {
-                t.fn_stack.as_mut_ptr().add(fsp).write(bb.fn_id);
-                t.fn_stack.set_len(fsp + 1);
-            }
+            Self::push_fn(t, bb.fn_id);
         }
         t.cxt = Some(new_cxt);
         t.last_bbcc = Some(to);
@@ -1103,6 +1093,422 @@ impl Runtime {
             last_bb: bb,
             last_count: bb.fast_count.get(),
             top_sp: sp,
+            key: self.summary_key(t),
+        };
+        self.fast_enter(t, bb);
+        true
+    }
+
+    /// Pushes a shadow-stack frame as `push_call` does, with the running cost as its entry
+    /// cost (word by word: no vector registers in the fast path). The caller checked that
+    /// the stack has spare capacity.
+    #[inline(always)]
+    fn push_frame(
+        &self,
+        t: &mut ThreadState,
+        jcc: Option<u32>,
+        sp: u64,
+        ret_addr: u64,
+        cxt: Option<u32>,
+        nonskipped: Option<u32>,
+    ) {
+        let n = t.stack.len();
+        if n >= t.stack.capacity() {
+            return;
+        }
+        let fn_sp = t.fn_stack.len();
+        // SAFETY: `n < capacity` (checked above), so the slot is allocated; every field is
+        // written before the length covers it.
+        unsafe {
+            let e = t.stack.as_mut_ptr().add(n);
+            core::ptr::addr_of_mut!((*e).jcc).write(jcc);
+            core::ptr::addr_of_mut!((*e).sp).write(sp);
+            core::ptr::addr_of_mut!((*e).ret_addr).write(ret_addr);
+            core::ptr::addr_of_mut!((*e).cxt).write(cxt);
+            core::ptr::addr_of_mut!((*e).fn_sp).write(fn_sp);
+            core::ptr::addr_of_mut!((*e).nonskipped).write(nonskipped);
+            let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
+            for k in 0..RUN {
+                let v = if k < self.n_cost { t.run[k] } else { 0 };
+                core::ptr::write_volatile(ec.add(k), v);
+            }
+            t.stack.set_len(n + 1);
+        }
+    }
+
+    /// Pushes `f` on the function stack (as `push_cxt`); the caller checked its capacity.
+    #[inline(always)]
+    fn push_fn(t: &mut ThreadState, f: u32) {
+        let fsp = t.fn_stack.len();
+        if fsp >= t.fn_stack.capacity() {
+            return;
+        }
+        // SAFETY: `fsp < capacity`, so the slot is allocated.
+        unsafe {
+            t.fn_stack.as_mut_ptr().add(fsp).write(f);
+            t.fn_stack.set_len(fsp + 1);
+        }
+    }
+
+    /// Reads an `Option<u32>` as integers: a plain copy of the 8-byte value may be made with
+    /// a vector register, which the integer-only fast path must not touch.
+    #[inline(always)]
+    fn opt(o: &Option<u32>) -> Option<u32> {
+        // SAFETY: a valid, aligned `Option<u32>` behind a reference.
+        unsafe { core::ptr::read_volatile(o) }
+    }
+
+    /// The first function of context `c` (panic-free).
+    #[inline(always)]
+    fn fn_of_cxt(&self, c: u32) -> Option<u32> {
+        self.cxts
+            .get(c as usize)
+            .and_then(|x| x.fns.first().copied())
+    }
+
+    /// The fast path for a call into a skipped function (`--skip-plt`'s PLT stubs,
+    /// `--fn-skip`), Ir-only mode: as `setup`, the stub's block gets a cost centre in the
+    /// caller's context, a frame without arc is pushed and the caller's cost centre becomes
+    /// the one skipped costs go to. Everything is checked before anything changes.
+    #[inline(always)]
+    fn setup_fast_call_skipped(
+        &mut self,
+        t: &mut ThreadState,
+        lbb: &BlockInfo,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
+        if self.eager || self.miss_slots != 0 || !lbb.rep.is_empty() {
+            return false;
+        }
+        let top_sp = t.stack.last().map_or(u64::MAX, |e| e.sp);
+        if t.nonskipped.is_some() || top_sp < sp {
+            return false;
+        }
+        let (Some(cxt), Some(from)) = (Self::opt(&t.cxt), Self::opt(&t.last_bbcc)) else {
+            return false;
+        };
+        let Some(cx) = self.cxts.get(cxt as usize) else {
+            return false;
+        };
+        let Some(&top_fn) = cx.fns.first() else {
+            return false;
+        };
+        let idx = if cx.recs > 1 {
+            match t.fn_active.get(top_fn as usize) {
+                Some(&a) if a > 0 => a.min(cx.recs) - 1,
+                _ => return false,
+            }
+        } else {
+            0
+        };
+        if bb.fast_key.get() != fast_key(cxt, idx, t.th) {
+            return false;
+        }
+        if t.stack.len() >= t.stack.capacity() {
+            return false;
+        }
+        // Commit: charge the previous block, push the frame (as `push_call` with `skip`),
+        // enter `bb`.
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.fast_charge_prev(t, lbb);
+        self.push_frame(t, None, sp, lbb.end, Some(cxt), None);
+        t.nonskipped = Some(from);
+        t.last_bbcc = Some(bb.last.get().2);
+        t.fast = Fast {
+            last_bb: bb,
+            last_count: bb.fast_count.get(),
+            top_sp: sp,
+            key: u64::MAX,
+        };
+        true
+    }
+
+    /// The fast path for a jump that Callgrind turns into a call (into a function entry, or
+    /// into another object or section: tail calls, and a PLT stub's jump into the library),
+    /// Ir-only mode, with no frame to unwind: the arc comes from the caller of the skipped
+    /// function when one is active (the PLT case), else from the jumping block; the frame
+    /// takes the top frame's stack pointer. The callee's context must be the current one
+    /// (same function) or its cached one-function context, its cost centre and the arc the
+    /// cached ones. Everything is checked before anything changes.
+    #[inline(always)]
+    fn setup_fast_jump_call(
+        &mut self,
+        t: &mut ThreadState,
+        lbb: &BlockInfo,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
+        let fl = &bb.flags;
+        if self.eager || self.miss_slots != 0 || lbb.flags.pop_on_jump {
+            return false;
+        }
+        if fl.skip || fl.dump_before || fl.zero_before || fl.toggle_collect {
+            return false;
+        }
+        // No frame to unwind; the new frame takes the top frame's stack pointer.
+        let frame_sp = t.stack.last().map_or(sp, |e| e.sp);
+        if fl.separate_callers != 0 || frame_sp < sp {
+            return false;
+        }
+        let Some(last) = Self::opt(&t.last_bbcc) else {
+            return false;
+        };
+        let from = Self::opt(&t.nonskipped).unwrap_or(last);
+        let bkey = bb.fast_key.get();
+        if bkey == u64::MAX {
+            return false;
+        }
+        let push_fn = t.fn_stack.last() != Some(&bb.fn_id) || t.cxt.is_none();
+        let new_cxt = if push_fn {
+            let c = (bkey >> 32) as u32;
+            match self.cxts.get(c as usize) {
+                Some(x) if x.fns.len() == 1 && x.fns.first() == Some(&bb.fn_id) => c,
+                _ => return false,
+            }
+        } else {
+            match t.cxt {
+                Some(c) => c,
+                None => return false,
+            }
+        };
+        let Some(cx) = self.cxts.get(new_cxt as usize) else {
+            return false;
+        };
+        let (Some(&to_fn), recs) = (cx.fns.first(), cx.recs) else {
+            return false;
+        };
+        let (Some(last_fn), Some(from_fn)) = (
+            self.bbccs
+                .get(last as usize)
+                .and_then(|b| self.fn_of_cxt(b.cxt)),
+            self.bbccs
+                .get(from as usize)
+                .and_then(|b| self.fn_of_cxt(b.cxt)),
+        ) else {
+            return false;
+        };
+        // `setup` takes the recursion level from the jumping block and the arc from `from`.
+        if last_fn != from_fn {
+            return false;
+        }
+        let Some(&a_old) = t.fn_active.get(to_fn as usize) else {
+            return false;
+        };
+        let a_new = if self.skip_direct_rec && from_fn == to_fn {
+            a_old
+        } else {
+            match a_old.checked_add(1) {
+                Some(v) => v,
+                None => return false,
+            }
+        };
+        let idx = if recs > 1 {
+            match a_new.min(recs).checked_sub(1) {
+                Some(i) => i,
+                None => return false,
+            }
+        } else {
+            0
+        };
+        if bkey != fast_key(new_cxt, idx, t.th) {
+            return false;
+        }
+        let to = bb.last.get().2;
+        let Some(fbcc) = self.bbccs.get(from as usize) else {
+            return false;
+        };
+        let last_call = fbcc.last_call;
+        // SAFETY: cost centres point at leaked BlockInfo values.
+        let fb = unsafe { &*fbcc.bb };
+        let ret_addr = if fb.exit == Exit::Call { fb.end } else { 0 };
+        if (last_call >> 32) as u32 != to {
+            return false;
+        }
+        let j = last_call as u32;
+        match self.jccs.get(j as usize) {
+            Some(jc) if jc.from == from && jc.to == to => {}
+            _ => return false,
+        }
+        let (n, fsp) = (t.stack.len(), t.fn_stack.len());
+        if n >= t.stack.capacity() || (push_fn && fsp >= t.fn_stack.capacity()) {
+            return false;
+        }
+        // Commit: charge the previous block (to the skipped-cost sink when a skipped function
+        // is active), push the context and the frame, enter `bb`.
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        if t.collect {
+            let ns = self.n_cost.min(N_STATIC);
+            add_cost(&mut t.run, &lbb.stat, ns);
+            match t.nonskipped.and_then(|b| self.bbccs.get_mut(b as usize)) {
+                Some(c) => add_cost(&mut c.skipped, &lbb.stat, ns),
+                None => {
+                    let c = t.fast.last_count;
+                    // SAFETY: a boxed cost centre's counter (never dropped); guest threads
+                    // run one at a time.
+                    unsafe { *c = (*c).wrapping_add(1) };
+                }
+            }
+        }
+        if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
+            *a = a_new;
+        }
+        if let Some(jc) = self.jccs.get_mut(j as usize) {
+            jc.count = jc.count.wrapping_add(1);
+        }
+        let (old_cxt, old_ns) = (Self::opt(&t.cxt), Self::opt(&t.nonskipped));
+        self.push_frame(t, Some(j), frame_sp, ret_addr, old_cxt, old_ns);
+        if push_fn {
+            Self::push_fn(t, bb.fn_id);
+        }
+        t.nonskipped = None;
+        t.cxt = Some(new_cxt);
+        t.last_bbcc = Some(to);
+        t.fast = Fast {
+            last_bb: bb,
+            last_count: bb.fast_count.get(),
+            top_sp: frame_sp,
+            key: self.summary_key(t),
+        };
+        true
+    }
+
+    /// The fast path for a `ret` that pops exactly two shadow-stack frames, both below the
+    /// returning stack pointer: a call through a PLT stub (the library function's frame, then
+    /// the stub's frame without arc) or a tail call (the jump's frame, then the real call's).
+    /// The frames must leave no skipped function active and name their contexts; functions
+    /// with `--dump-after`/`--toggle-collect` are left to `setup`. Everything is checked
+    /// before anything changes.
+    #[inline(always)]
+    fn setup_fast_ret2(
+        &mut self,
+        t: &mut ThreadState,
+        lbb: &BlockInfo,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
+        let n = t.stack.len();
+        if n < 2 || t.nonskipped.is_some() {
+            return false;
+        }
+        let (Some(top), Some(low)) = (t.stack.get(n - 1), t.stack.get(n - 2)) else {
+            return false;
+        };
+        if top.sp >= sp || low.sp >= sp {
+            return false;
+        }
+        let next_sp = match n.checked_sub(3).and_then(|i| t.stack.get(i)) {
+            Some(e) if e.sp < sp => return false,
+            Some(e) => e.sp,
+            None => u64::MAX,
+        };
+        if low.nonskipped.is_some() {
+            return false;
+        }
+        // What popping each frame does to `fn_active` (as `pop`): the callee function of its
+        // arc, and whether it is decremented.
+        let arc_of = |e: &Entry| -> Result<Option<(u32, bool)>, ()> {
+            let Some(j) = e.jcc else { return Ok(None) };
+            let jcc = self.jccs.get(j as usize).ok_or(())?;
+            let (fb, tb) = (
+                self.bbccs.get(jcc.from as usize).ok_or(())?,
+                self.bbccs.get(jcc.to as usize).ok_or(())?,
+            );
+            let from_fn = self.fn_of_cxt(fb.cxt).ok_or(())?;
+            let to_fn = self.fn_of_cxt(tb.cxt).ok_or(())?;
+            // SAFETY: cost centres point at leaked BlockInfo values.
+            let flags = unsafe { &(*tb.bb).flags };
+            if flags.dump_after || flags.toggle_collect {
+                return Err(());
+            }
+            Ok(Some((to_fn, !(self.skip_direct_rec && from_fn == to_fn))))
+        };
+        let (Ok(top_arc), Ok(low_arc)) = (arc_of(top), arc_of(low)) else {
+            return false;
+        };
+        // The context after both pops: that of the last frame with an arc.
+        let (top_j, low_j) = (Self::opt(&top.jcc), Self::opt(&low.jcc));
+        let (new_cxt, fn_sp) = match (low_j, top_j) {
+            (Some(_), _) => (Self::opt(&low.cxt), low.fn_sp),
+            (None, Some(_)) => (Self::opt(&top.cxt), top.fn_sp),
+            (None, None) => return false,
+        };
+        let Some(new_cxt) = new_cxt else {
+            return false;
+        };
+        let active = |f: u32| t.fn_active.get(f as usize).copied();
+        // `fn_active` after the pops, for the (at most two) functions they touch: `(f0, v0)`
+        // and `(f1, v1)` (`u32::MAX`: none; scalars, as an array would be set up with a
+        // vector register).
+        let (mut f0, mut v0, mut f1, mut v1) = (u32::MAX, 0u32, u32::MAX, 0u32);
+        for arc in [top_arc, low_arc] {
+            let Some((f, dec)) = arc else { continue };
+            let cur = if f0 == f {
+                v0
+            } else {
+                match active(f) {
+                    Some(v) => v,
+                    None => return false,
+                }
+            };
+            let v = if dec { cur.saturating_sub(1) } else { cur };
+            if f0 == f || f0 == u32::MAX {
+                (f0, v0) = (f, v);
+            } else {
+                (f1, v1) = (f, v);
+            }
+        }
+        let Some(cx) = self.cxts.get(new_cxt as usize) else {
+            return false;
+        };
+        let Some(&top_fn) = cx.fns.first() else {
+            return false;
+        };
+        let idx = if cx.recs > 1 {
+            let cur = if top_fn == f0 {
+                v0
+            } else if top_fn == f1 {
+                v1
+            } else {
+                match active(top_fn) {
+                    Some(v) => v,
+                    None => return false,
+                }
+            };
+            match cur.min(cx.recs).checked_sub(1) {
+                Some(i) => i,
+                None => return false,
+            }
+        } else {
+            0
+        };
+        if bb.fast_key.get() != fast_key(new_cxt, idx, t.th) {
+            return false;
+        }
+        // Commit: charge the previous block, pop both frames (as `pop`), enter `bb`.
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.fast_charge_prev(t, lbb);
+        let nc = self.n_cost;
+        for (k, j) in [(1, top_j), (2, low_j)] {
+            let Some(j) = j else { continue };
+            if let (Some(jcc), Some(e)) = (self.jccs.get_mut(j as usize), t.stack.get(n - k)) {
+                add_diff(&mut jcc.incl, &t.run, &e.enter_cost, nc);
+            }
+        }
+        for (f, v) in [(f0, v0), (f1, v1)] {
+            if let Some(a) = t.fn_active.get_mut(f as usize) {
+                *a = v;
+            }
+        }
+        t.stack.truncate(n - 2);
+        t.nonskipped = None;
+        t.cxt = Some(new_cxt);
+        t.fn_stack.truncate(fn_sp);
+        t.last_bbcc = Some(bb.last.get().2);
+        t.fast = Fast {
+            last_bb: bb,
+            last_count: bb.fast_count.get(),
+            top_sp: next_sp,
             key: self.summary_key(t),
         };
         self.fast_enter(t, bb);
