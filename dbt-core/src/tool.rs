@@ -42,6 +42,11 @@ pub struct ClientReply {
 pub trait Tool: Send {
     /// The tool's name as `--tool=` spells it.
     fn name(&self) -> &'static str;
+    /// Whether `instrument` may add anything (false: the core skips building the block's
+    /// view, which costs more than translating it).
+    fn instruments(&self) -> bool {
+        true
+    }
     /// Adds instrumentation to one block. Must be deterministic: the same block may be
     /// translated more than once and must get the same code.
     fn instrument(&mut self, block: &BlockView, ins: &mut Instrumenter) {

@@ -126,6 +126,18 @@ impl Plan {
         }
     }
 
+    /// A plan that adds nothing.
+    pub(crate) fn empty() -> Plan {
+        Plan {
+            ops: Vec::new(),
+            live: Vec::new(),
+            facts: Vec::new(),
+            count_at: 0,
+            counter_override: None,
+            slow: Vec::new(),
+        }
+    }
+
     /// The block counter, when counting executions is all this plan does (the translator may
     /// then unroll a self-loop, each copy with its own share of the counter).
     pub(crate) fn counter_only(&self) -> Option<*mut u64> {
@@ -234,7 +246,9 @@ impl Plan {
         i: usize,
         bytes: &[u8],
     ) -> Result<bool, String> {
-        let f = &self.facts[i];
+        let Some(f) = self.facts.get(i) else {
+            return Ok(false);
+        };
         if f.rep == RepKind::None {
             return Ok(false);
         }

@@ -565,6 +565,9 @@ pub(crate) fn plan_block(
     tool: &mut dyn crate::tool::Tool,
     host: u64,
 ) -> emit::Plan {
+    if !tool.instruments() {
+        return emit::Plan::empty();
+    }
     let crs: Vec<bool> = insns.iter().map(crate::clientreq::is_request).collect();
     let mut factory = InstructionInfoFactory::new();
     let view = block_view(insns, &crs, &mut factory);

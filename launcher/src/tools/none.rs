@@ -17,6 +17,10 @@ impl Tool for NoneTool {
         "none"
     }
 
+    fn instruments(&self) -> bool {
+        false
+    }
+
     fn fini(&mut self, reason: FiniReason) {
         if !self.quiet && reason != FiniReason::Exec {
             crate::log::line("");
