@@ -709,6 +709,7 @@ pub fn translate(
             em.jmp_exit(ExitKind::Trap { signal, next }, addr);
         }
     }
+    let body_len = em.off() as u64 - IBL_ENTRY_OFFSET;
     plan.emit_slow_paths(&mut em.ops);
     em.stubs();
     let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
@@ -739,7 +740,7 @@ pub fn translate(
     }
     if opts.trace_blocks {
         eprintln!(
-            "--rgrind-- translate {guest:#x}-{guest_end:#x} ({} insns) -> {entry:#x} ({} bytes)",
+            "--rgrind-- translate {guest:#x}-{guest_end:#x} ({} insns) -> {entry:#x} ({} bytes, body {body_len})",
             insns.len(),
             len - IBL_ENTRY_OFFSET
         );
