@@ -87,6 +87,18 @@ pub struct JumpState {
     pub bbs: AtomicU64,
     /// `sign[b] = b >> 7`: the sign of a value from its top byte, without flags.
     pub sign: [u8; 256],
+    // The return case (see `InlineJump`): a `ret` popping the top shadow-stack frame, read
+    // from the tool's frame (layout in `FrameLayout`).
+    /// 0 when the previous block ended in a `ret` the inline path may take, else 1.
+    pub prev_ret: AtomicU64,
+    /// The top frame (`*const` frame; a frame whose key field is `u64::MAX` when none).
+    pub ret_frame: AtomicU64,
+    /// Minus the address of the bottom frame (the frame below it does not exist).
+    pub stack_base_neg: AtomicU64,
+    /// The thread's running Ir (`*const u64`; `ir` is added to it).
+    pub run_ir: AtomicU64,
+    /// Frames the inline path popped (the tool finishes the pops).
+    pub ret_pending: AtomicU64,
 }
 
 impl JumpState {
@@ -109,6 +121,11 @@ impl JumpState {
             ir: AtomicU64::new(0),
             bbs: AtomicU64::new(0),
             sign,
+            prev_ret: AtomicU64::new(1),
+            ret_frame: AtomicU64::new(0),
+            stack_base_neg: AtomicU64::new(0),
+            run_ir: AtomicU64::new(0),
+            ret_pending: AtomicU64::new(0),
         }
     }
 }
@@ -147,7 +164,16 @@ impl Default for InlineRec {
 
 /// What `Instrumenter::call_with_fallback_inline` needs: the state, the block's record
 /// (both live for the process), the value stored in `last_bb`, the block's instruction count
-/// and whether it ends plainly (a jump or fall-through that the next block may take inline).
+/// and guest address, whether it ends plainly (a jump or fall-through that the next block may
+/// take inline) and whether it ends in a `ret` the next block may take inline.
+///
+/// The return case: when the previous block ended in such a `ret` (`prev_ret`) and the top
+/// frame (`ret_frame`) has this block's address as its return address, its `sp + 8` is
+/// `rsp` and its key is this block's, the inline code charges the previous block as for a
+/// jump, adds the Ir run since the frame was entered to the frame's arc's inclusive cost,
+/// counts the pop in `ret_pending`, makes the frame below the top one (or `empty_frame`),
+/// and continues with `expect` = the frame's key (when this block ends plainly) and
+/// `top_sp` = the frame's `next_sp`.
 #[derive(Clone, Copy, Debug)]
 pub struct InlineJump {
     pub state: &'static JumpState,
@@ -155,6 +181,29 @@ pub struct InlineJump {
     pub bb: u64,
     pub ir: u32,
     pub ends_plain: bool,
+    pub addr: u64,
+    pub ends_ret: bool,
+    pub frame: FrameLayout,
+}
+
+/// Where the return case finds what it reads in the tool's shadow-stack frames (byte
+/// offsets of `u64` fields).
+#[derive(Clone, Copy, Debug)]
+pub struct FrameLayout {
+    pub size: i32,
+    pub ret_addr: i32,
+    pub sp: i32,
+    /// The key of the context returned into (`u64::MAX`: the inline path must not pop it).
+    pub key: i32,
+    /// Where the frame's arc keeps its inclusive Ir (`*mut u64`).
+    pub incl: i32,
+    /// `top_sp` once the frame is popped.
+    pub next_sp: i32,
+    /// Running Ir when the frame was entered.
+    pub enter_ir: i32,
+    /// A frame no block matches (its return address and key are `u64::MAX`), made the top
+    /// one when the bottom frame is popped.
+    pub empty_frame: u64,
 }
 
 impl core::fmt::Debug for JumpState {

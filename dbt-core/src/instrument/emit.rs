@@ -67,6 +67,13 @@ enum SlowKind {
         /// Where an access spanning two lines goes (the full call).
         straddle: DynamicLabel,
     },
+    /// Callgrind's inline return case (`inline_ret`), reached when the inline jump case's
+    /// key did not match (rax, rcx, rdx saved, rdx = the state): back to `back` when taken,
+    /// else to `fail`.
+    InlineRet {
+        jump: super::calltrack::InlineJump,
+        fail: DynamicLabel,
+    },
     /// The same for an instruction fetch (constant address): on entry only rax and rcx are
     /// saved and the flags are live.
     FetchScan {
@@ -226,8 +233,18 @@ impl Plan {
                     arg2,
                     jump,
                 } if insn == i => {
-                    let done = a.new_dynamic_label();
-                    inline_jump(a, &jump, done);
+                    let (done, try_ret, fail) = (
+                        a.new_dynamic_label(),
+                        a.new_dynamic_label(),
+                        a.new_dynamic_label(),
+                    );
+                    inline_jump(a, &jump, done, try_ret, fail);
+                    // The return case is rarer: out of line, after the block.
+                    self.slow.push(Slow {
+                        entry: try_ret,
+                        back: done,
+                        kind: SlowKind::InlineRet { jump, fail },
+                    });
                     self.call_fallback(a, i, fast, slow, arg1, arg2)?;
                     dynasm!(a ; .arch x64 ; =>done);
                 }
@@ -423,6 +440,7 @@ impl Plan {
                     dynasm!(a ; .arch x64 ; =>miss);
                     helper_call(a, after_miss, size, back);
                 }
+                SlowKind::InlineRet { jump, fail } => inline_ret(a, &jump, back, fail),
                 SlowKind::FetchScan {
                     cache,
                     after_miss,
@@ -718,7 +736,13 @@ impl Plan {
 /// Callgrind (clginline): the plain-jump case of the block-start routine, flag-free (see
 /// `calltrack::JumpState`). Goes to `done` when it applied; otherwise falls through with
 /// every register as it was (the calls follow). Borrows rax, rcx, rdx.
-fn inline_jump(a: &mut Asm, j: &super::calltrack::InlineJump, done: DynamicLabel) {
+fn inline_jump(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    done: DynamicLabel,
+    try_ret: DynamicLabel,
+    fail: DynamicLabel,
+) {
     use super::calltrack::JumpState as S;
     use core::mem::offset_of;
     let st = j.state as *const S as i64;
@@ -726,18 +750,9 @@ fn inline_jump(a: &mut Asm, j: &super::calltrack::InlineJump, done: DynamicLabel
     let expect = offset_of!(S, expect) as i32;
     let owner = offset_of!(S, owner_neg) as i32;
     let top = offset_of!(S, top_sp) as i32;
-    let lcount = offset_of!(S, last_count) as i32;
-    let lir = offset_of!(S, last_ir) as i32;
-    let lbb = offset_of!(S, last_bb) as i32;
-    let lbbcc = offset_of!(S, last_bbcc) as i32;
-    let ir = offset_of!(S, ir) as i32;
-    let bbs = offset_of!(S, bbs) as i32;
     let sign = offset_of!(S, sign) as i32;
     let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
-    let rcount = offset_of!(super::calltrack::InlineRec, count) as i32;
-    let rbbcc = offset_of!(super::calltrack::InlineRec, bbcc) as i32;
-    let (fail, ok1, ok2, ok3) = (
-        a.new_dynamic_label(),
+    let (ok1, ok2, ok3) = (
         a.new_dynamic_label(),
         a.new_dynamic_label(),
         a.new_dynamic_label(),
@@ -761,7 +776,7 @@ fn inline_jump(a: &mut Asm, j: &super::calltrack::InlineJump, done: DynamicLabel
         ; mov rax, QWORD [rax + negk]
         ; lea rcx, [rcx + rax]
         ; jrcxz =>ok2
-        ; jmp =>fail
+        ; jmp =>try_ret
         ; =>ok2
         // No frame to unwind: rsp <= top_sp (top_sp < 2^63), i.e. the sign bits of rsp and
         // of top_sp - rsp are both 0 (the top byte's sign through the table).
@@ -780,28 +795,8 @@ fn inline_jump(a: &mut Asm, j: &super::calltrack::InlineJump, done: DynamicLabel
         ; jrcxz =>ok3
         ; jmp =>fail
         ; =>ok3
-        // Charge the previous block: its counter and the running Ir.
-        ; mov rcx, QWORD [rdx + lcount]
-        ; mov rax, QWORD [rcx]
-        ; lea rax, [rax + 1]
-        ; mov QWORD [rcx], rax
-        ; mov rax, QWORD [rdx + ir]
-        ; mov rcx, QWORD [rdx + lir]
-        ; lea rax, [rax + rcx]
-        ; mov QWORD [rdx + ir], rax
-        ; mov rax, QWORD [rdx + bbs]
-        ; lea rax, [rax + 1]
-        ; mov QWORD [rdx + bbs], rax
-        // This block is the last one now.
-        ; mov rax, QWORD rec
-        ; mov rcx, QWORD [rax + rcount]
-        ; mov QWORD [rdx + lcount], rcx
-        ; mov rcx, QWORD [rax + rbbcc]
-        ; mov QWORD [rdx + lbbcc], rcx
-        ; mov rcx, QWORD j.bb as i64
-        ; mov QWORD [rdx + lbb], rcx
-        ; mov QWORD [rdx + lir], j.ir as i32
     );
+    enter_inline(a, j, rec);
     if !j.ends_plain {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
@@ -815,6 +810,166 @@ fn inline_jump(a: &mut Asm, j: &super::calltrack::InlineJump, done: DynamicLabel
         ; gs mov rdx, QWORD [IS2]
         ; gs mov rcx, QWORD [IS1]
         ; gs mov rax, QWORD [IS0]
+    );
+}
+
+/// Callgrind's inline return case (see [`super::calltrack::InlineJump`]), out of line: on
+/// entry rax, rcx, rdx are saved and rdx is the state; on the way to `done` or `fail` they
+/// are restored.
+fn inline_ret(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    done: DynamicLabel,
+    fail: DynamicLabel,
+) {
+    use super::calltrack::JumpState as S;
+    use core::mem::offset_of;
+    let st = j.state as *const S as i64;
+    let rec = j.rec as *const super::calltrack::InlineRec as i64;
+    let expect = offset_of!(S, expect) as i32;
+    let top = offset_of!(S, top_sp) as i32;
+    let prev_ret = offset_of!(S, prev_ret) as i32;
+    let frame = offset_of!(S, ret_frame) as i32;
+    let base_neg = offset_of!(S, stack_base_neg) as i32;
+    let run_ir = offset_of!(S, run_ir) as i32;
+    let pending = offset_of!(S, ret_pending) as i32;
+    let ir = offset_of!(S, ir) as i32;
+    let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
+    let fl = j.frame;
+    // The return case: the previous block ended in a `ret` to the top frame's return
+    // address, rsp is the frame's sp + 8 and this block's key is the frame's.
+    let (r1, r2, r3, bottom, popped) = (
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+    );
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rdx + prev_ret]
+        ; jrcxz =>r1
+        ; jmp =>fail
+        ; =>r1
+        // key + (-block key) == 0 (first: a frame without plan fails here)
+        ; mov rax, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rax + fl.key]
+        ; mov rax, QWORD rec
+        ; mov rax, QWORD [rax + negk]
+        ; lea rcx, [rcx + rax]
+        ; jrcxz =>r2
+        ; jmp =>fail
+        ; =>r2
+        // return address - this block's address == 0
+        ; mov rax, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rax + fl.ret_addr]
+        ; not rcx
+        ; lea rcx, [rcx + 1]
+        ; mov rax, QWORD j.addr as i64
+        ; lea rcx, [rcx + rax]
+        ; jrcxz =>r3
+        ; jmp =>fail
+        ; =>r3
+        // frame sp + 8 - rsp == 0
+        ; mov rax, rsp
+        ; not rax
+        ; mov rcx, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rcx + fl.sp]
+        ; lea rcx, [rcx + rax + 9]
+        ; jrcxz >ret_ok
+        ; jmp =>fail
+        ; ret_ok:
+    );
+    enter_inline(a, j, rec);
+    dynasm!(a
+        ; .arch x64
+        // The arc's inclusive Ir += running Ir (+ the inline delta) - Ir at entry.
+        ; mov rax, QWORD [rdx + run_ir]
+        ; mov rax, QWORD [rax]
+        ; mov rcx, QWORD [rdx + ir]
+        ; lea rax, [rax + rcx]
+        ; mov rcx, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rcx + fl.enter_ir]
+        ; not rcx
+        ; lea rax, [rax + rcx + 1]
+        ; mov rcx, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rcx + fl.incl]
+        ; mov rdx, QWORD [rcx]
+        ; lea rdx, [rdx + rax]
+        ; mov QWORD [rcx], rdx
+        ; mov rdx, QWORD st
+        ; mov rax, QWORD [rdx + pending]
+        ; lea rax, [rax + 1]
+        ; mov QWORD [rdx + pending], rax
+        // The blocks that follow: the frame's key and next_sp.
+        ; mov rax, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rax + fl.next_sp]
+        ; mov QWORD [rdx + top], rcx
+    );
+    if j.ends_plain {
+        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rax + fl.key] ; mov QWORD [rdx + expect], rcx);
+    } else {
+        dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
+    }
+    dynasm!(a
+        ; .arch x64
+        // The frame below becomes the top one; below the bottom frame, the empty frame.
+        ; mov rcx, QWORD [rdx + base_neg]
+        ; lea rcx, [rcx + rax]
+        ; jrcxz =>bottom
+        ; lea rax, [rax - fl.size]
+        ; jmp =>popped
+        ; =>bottom
+        ; mov rax, QWORD fl.empty_frame as i64
+        ; =>popped
+        ; mov QWORD [rdx + frame], rax
+    );
+    dynasm!(a
+        ; .arch x64
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+        ; jmp =>done
+    );
+}
+
+/// The part of the inline path both cases share (rdx = the state, rax and rcx free): charge
+/// the previous block (its counter, the running Ir, one block) and make this block the last
+/// one, noting whether it ends in a `ret` the next block may take inline.
+fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
+    use super::calltrack::JumpState as S;
+    use core::mem::offset_of;
+    let lcount = offset_of!(S, last_count) as i32;
+    let lir = offset_of!(S, last_ir) as i32;
+    let lbb = offset_of!(S, last_bb) as i32;
+    let lbbcc = offset_of!(S, last_bbcc) as i32;
+    let ir = offset_of!(S, ir) as i32;
+    let bbs = offset_of!(S, bbs) as i32;
+    let prev_ret = offset_of!(S, prev_ret) as i32;
+    let rcount = offset_of!(super::calltrack::InlineRec, count) as i32;
+    let rbbcc = offset_of!(super::calltrack::InlineRec, bbcc) as i32;
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rdx + lcount]
+        ; mov rax, QWORD [rcx]
+        ; lea rax, [rax + 1]
+        ; mov QWORD [rcx], rax
+        ; mov rax, QWORD [rdx + ir]
+        ; mov rcx, QWORD [rdx + lir]
+        ; lea rax, [rax + rcx]
+        ; mov QWORD [rdx + ir], rax
+        ; mov rax, QWORD [rdx + bbs]
+        ; lea rax, [rax + 1]
+        ; mov QWORD [rdx + bbs], rax
+        ; mov rax, QWORD rec
+        ; mov rcx, QWORD [rax + rcount]
+        ; mov QWORD [rdx + lcount], rcx
+        ; mov rcx, QWORD [rax + rbbcc]
+        ; mov QWORD [rdx + lbbcc], rcx
+        ; mov rcx, QWORD j.bb as i64
+        ; mov QWORD [rdx + lbb], rcx
+        ; mov QWORD [rdx + lir], j.ir as i32
+        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret)
     );
 }
 

@@ -184,7 +184,7 @@ unsafe fn sync_in() {
         // SAFETY: the leaked runtime and a boxed thread state; see the contract.
         unsafe { (*rt).inline_pull(&mut *t) };
     }
-    runtime::JUMP.expect.store(u64::MAX, Ordering::Relaxed);
+    Runtime::inline_disarm();
 }
 
 /// Block-start routine: `info` is the block's leaked `BlockInfo`, `sp` the guest rsp.
@@ -993,6 +993,9 @@ impl Tool for Callgrind {
                 bb: info as u64,
                 ir: bb.n_insns as u32,
                 ends_plain: bb.plain_exit,
+                addr: bb.addr,
+                ends_ret: bb.exit == Exit::Return && bb.rep.is_empty(),
+                frame: runtime::frame_layout(),
             };
             ins.call_with_fallback_inline(0, fast, slow, CallArg::Sp, jumps, jump);
         } else {

@@ -333,9 +333,10 @@ pub struct Bbcc {
     /// charged, for executions during which collection was toggled (a
     /// `CALLGRIND_TOGGLE_COLLECT` ending the block); see [`Runtime::finished`].
     pub adj: i64,
-    /// The last call arc from here: `(callee cost centre << 32) | arc` (`u64::MAX`: none),
-    /// for the fast path of a real call.
-    pub last_call: u64,
+    /// The last two call arcs from here: `(callee cost centre << 32) | arc` (`u64::MAX`:
+    /// none), most recent first, for the fast path of a real call (two: an indirect call
+    /// site often alternates between callees).
+    pub last_call: [u64; 2],
     /// The last jump arc from here, the same way (`--collect-jumps`).
     pub last_jump: u64,
 }
@@ -418,6 +419,15 @@ struct Entry {
     cxt: Option<u32>,
     fn_sp: usize,
     nonskipped: Option<u32>,
+    /// For the inline return path (real calls set up by the fast path, see
+    /// [`Runtime::inline_push`]): the key of the context returned into, in inline form
+    /// (`u64::MAX`: no plan), the callee function and its activation count once popped.
+    plan_key: u64,
+    plan_to_fn: u32,
+    plan_active: u32,
+    /// The arc's inclusive Ir (`*mut u64`) and `top_sp` once this frame is popped.
+    plan_incl: u64,
+    plan_next_sp: u64,
 }
 
 /// One guest thread's call-tracking state.
@@ -450,6 +460,45 @@ pub struct ThreadState {
     fast: Fast,
 }
 
+/// The inline return path's plan of a frame (see `Entry::plan_key`).
+#[derive(Clone, Copy)]
+struct Plan {
+    key: u64,
+    to_fn: u32,
+    active: u32,
+    incl: u64,
+    next_sp: u64,
+}
+
+/// The plan of a frame the inline return path does not pop.
+const NO_PLAN: Plan = Plan {
+    key: u64::MAX,
+    to_fn: 0,
+    active: 0,
+    incl: 0,
+    next_sp: 0,
+};
+
+/// The frame the inline return path sees below the bottom one, or when disarmed: no block
+/// has its return address or key.
+static EMPTY_FRAME: [u64; 64] = [u64::MAX; 64];
+const _: () = assert!(core::mem::size_of::<Entry>() <= core::mem::size_of::<[u64; 64]>());
+
+/// Where the inline return path reads a frame's fields.
+pub fn frame_layout() -> dbt_core::tool::FrameLayout {
+    use core::mem::offset_of;
+    dbt_core::tool::FrameLayout {
+        size: core::mem::size_of::<Entry>() as i32,
+        ret_addr: offset_of!(Entry, ret_addr) as i32,
+        sp: offset_of!(Entry, sp) as i32,
+        key: offset_of!(Entry, plan_key) as i32,
+        incl: offset_of!(Entry, plan_incl) as i32,
+        next_sp: offset_of!(Entry, plan_next_sp) as i32,
+        enter_ir: offset_of!(Entry, enter_cost) as i32,
+        empty_frame: EMPTY_FRAME.as_ptr() as u64,
+    }
+}
+
 /// Requests the runtime makes of the tool (function entry/exit triggers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trigger {
@@ -466,7 +515,9 @@ pub struct Runtime {
     #[allow(clippy::vec_box)]
     pub bbccs: Vec<Box<Bbcc>>,
     bbcc_map: HashMap<(usize, u32, u32, u32), u32>,
-    pub jccs: Vec<Jcc>,
+    /// Boxed: a frame keeps a pointer to its arc's inclusive cost (the inline return path).
+    #[allow(clippy::vec_box)]
+    pub jccs: Vec<Box<Jcc>>,
     jcc_map: HashMap<(u32, u32), u32>,
     /// Boxed: the helper keeps a raw pointer to the running thread's state across pushes.
     #[allow(clippy::vec_box)]
@@ -660,7 +711,7 @@ impl Runtime {
             skipped: [0; RUN],
             adj: 0,
             miss: vec![0; bb.n_insns as usize * self.miss_slots].into_boxed_slice(),
-            last_call: u64::MAX,
+            last_call: [u64::MAX; 2],
             last_jump: u64::MAX,
         }));
         self.bbcc_map.insert(key, id);
@@ -672,12 +723,12 @@ impl Runtime {
             return j;
         }
         let id = self.jccs.len() as u32;
-        self.jccs.push(Jcc {
+        self.jccs.push(Box::new(Jcc {
             from,
             to,
             count: 0,
             incl: [0; RUN],
-        });
+        }));
         self.jcc_map.insert((from, to), id);
         id
     }
@@ -839,7 +890,11 @@ impl Runtime {
             }
             let depth = *a;
             self.jccs[j as usize].count += 1;
-            self.bbccs[from as usize].last_call = (u64::from(to) << 32) | u64::from(j);
+            let arc = (u64::from(to) << 32) | u64::from(j);
+            let lc = &mut self.bbccs[from as usize].last_call;
+            if lc[0] != arc {
+                *lc = [arc, lc[0]];
+            }
             if depth == 1 {
                 let flags = self.bb_of(to).flags;
                 if flags.dump_before {
@@ -863,6 +918,11 @@ impl Runtime {
             cxt: saved.0,
             fn_sp: saved.1,
             nonskipped: t.nonskipped,
+            plan_key: u64::MAX,
+            plan_to_fn: 0,
+            plan_active: 0,
+            plan_incl: 0,
+            plan_next_sp: 0,
         });
         if !skip {
             t.nonskipped = None;
@@ -1033,7 +1093,7 @@ impl Runtime {
         let Some(fbcc) = self.bbccs.get(from as usize) else {
             return false;
         };
-        let last_call = fbcc.last_call;
+        let last_call = (fbcc.last_call[0], fbcc.last_call[1]);
         let Some(&from_fn) = self.cxts.get(fbcc.cxt as usize).and_then(|c| c.fns.first()) else {
             return false;
         };
@@ -1061,14 +1121,9 @@ impl Runtime {
         }
         // `fast_key` and `last` are set together: this is `get_bbcc(bb, new_cxt, idx)`.
         let to = bb.last.get().2;
-        if (last_call >> 32) as u32 != to {
+        let Some(j) = self.cached_arc(last_call, from, to) else {
             return false;
-        }
-        let j = last_call as u32;
-        match self.jccs.get(j as usize) {
-            Some(jc) if jc.from == from && jc.to == to => {}
-            _ => return false,
-        }
+        };
         let (n, fsp) = (t.stack.len(), t.fn_stack.len());
         if n >= t.stack.capacity() || (push_fn && fsp >= t.fn_stack.capacity()) {
             return false;
@@ -1083,7 +1138,29 @@ impl Runtime {
         if let Some(jc) = self.jccs.get_mut(j as usize) {
             jc.count = jc.count.wrapping_add(1);
         }
-        self.push_frame(t, Some(j), sp, lbb.end, Some(old_cxt), None);
+        // The return that pops this frame restores the caller's state as it is now: its
+        // key is the thread's present one (the inline return path checks the block
+        // returned into against it).
+        // Popped alone by a plain `ret` only if the frame below lies above sp + 8.
+        let below = t.stack.last().map_or(u64::MAX, |e| e.sp);
+        let single = sp.checked_add(8).is_some_and(|after| below >= after);
+        let plan_key = if fl.dump_after || !single || below > i64::MAX as u64 && below != u64::MAX {
+            u64::MAX
+        } else {
+            inline_key(t.fast.key, lbb.obj, lbb.sect).unwrap_or(u64::MAX)
+        };
+        let incl = match self.jccs.get_mut(j as usize) {
+            Some(jc) => core::ptr::addr_of_mut!(jc.incl[R_IR]) as u64,
+            None => return false,
+        };
+        let plan = Plan {
+            key: plan_key,
+            to_fn,
+            active: a_old,
+            incl,
+            next_sp: below.min(i64::MAX as u64),
+        };
+        self.push_frame(t, Some(j), sp, lbb.end, Some(old_cxt), None, plan);
         if push_fn {
             Self::push_fn(t, bb.fn_id);
         }
@@ -1102,6 +1179,9 @@ impl Runtime {
     /// Pushes a shadow-stack frame as `push_call` does, with the running cost as its entry
     /// cost (word by word: no vector registers in the fast path). The caller checked that
     /// the stack has spare capacity.
+    // Separate arguments, not a struct: a struct of `Option`s may be copied with vector
+    // moves, which this integer-only path must not make.
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn push_frame(
         &self,
@@ -1111,6 +1191,7 @@ impl Runtime {
         ret_addr: u64,
         cxt: Option<u32>,
         nonskipped: Option<u32>,
+        plan: Plan,
     ) {
         let n = t.stack.len();
         if n >= t.stack.capacity() {
@@ -1127,6 +1208,12 @@ impl Runtime {
             core::ptr::addr_of_mut!((*e).cxt).write(cxt);
             core::ptr::addr_of_mut!((*e).fn_sp).write(fn_sp);
             core::ptr::addr_of_mut!((*e).nonskipped).write(nonskipped);
+            // Volatile: adjacent zero stores would otherwise be merged into a vector store.
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_key), plan.key);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_to_fn), plan.to_fn);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_active), plan.active);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_incl), plan.incl);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_next_sp), plan.next_sp);
             let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
             for k in 0..RUN {
                 let v = if k < self.n_cost { t.run[k] } else { 0 };
@@ -1134,6 +1221,21 @@ impl Runtime {
             }
             t.stack.set_len(n + 1);
         }
+    }
+
+    /// The arc `from -> to` if one of the caller's two cached last calls is it.
+    #[inline(always)]
+    fn cached_arc(&self, last_call: (u64, u64), from: u32, to: u32) -> Option<u32> {
+        for lc in [last_call.0, last_call.1] {
+            if (lc >> 32) as u32 == to {
+                let j = lc as u32;
+                return match self.jccs.get(j as usize) {
+                    Some(jc) if jc.from == from && jc.to == to => Some(j),
+                    _ => None,
+                };
+            }
+        }
+        None
     }
 
     /// Pushes `f` on the function stack (as `push_cxt`); the caller checked its capacity.
@@ -1212,7 +1314,7 @@ impl Runtime {
         // enter `bb`.
         self.bb_executions = self.bb_executions.wrapping_add(1);
         self.fast_charge_prev(t, lbb);
-        self.push_frame(t, None, sp, lbb.end, Some(cxt), None);
+        self.push_frame(t, None, sp, lbb.end, Some(cxt), None, NO_PLAN);
         t.nonskipped = Some(from);
         t.last_bbcc = Some(bb.last.get().2);
         t.fast = Fast {
@@ -1318,18 +1420,13 @@ impl Runtime {
         let Some(fbcc) = self.bbccs.get(from as usize) else {
             return false;
         };
-        let last_call = fbcc.last_call;
+        let last_call = (fbcc.last_call[0], fbcc.last_call[1]);
         // SAFETY: cost centres point at leaked BlockInfo values.
         let fb = unsafe { &*fbcc.bb };
         let ret_addr = if fb.exit == Exit::Call { fb.end } else { 0 };
-        if (last_call >> 32) as u32 != to {
+        let Some(j) = self.cached_arc(last_call, from, to) else {
             return false;
-        }
-        let j = last_call as u32;
-        match self.jccs.get(j as usize) {
-            Some(jc) if jc.from == from && jc.to == to => {}
-            _ => return false,
-        }
+        };
         let (n, fsp) = (t.stack.len(), t.fn_stack.len());
         if n >= t.stack.capacity() || (push_fn && fsp >= t.fn_stack.capacity()) {
             return false;
@@ -1357,7 +1454,7 @@ impl Runtime {
             jc.count = jc.count.wrapping_add(1);
         }
         let (old_cxt, old_ns) = (Self::opt(&t.cxt), Self::opt(&t.nonskipped));
-        self.push_frame(t, Some(j), frame_sp, ret_addr, old_cxt, old_ns);
+        self.push_frame(t, Some(j), frame_sp, ret_addr, old_cxt, old_ns, NO_PLAN);
         if push_fn {
             Self::push_fn(t, bb.fn_id);
         }
@@ -1682,6 +1779,11 @@ impl Runtime {
     /// Integer-only (the fast path calls it).
     #[inline(always)]
     pub fn inline_pull(&mut self, t: &mut ThreadState) {
+        let popped = JUMP.ret_pending.load(Ordering::Relaxed);
+        if popped != 0 {
+            JUMP.ret_pending.store(0, Ordering::Relaxed);
+            self.finish_inline_pops(t, popped);
+        }
         let n = JUMP.bbs.load(Ordering::Relaxed);
         if n == 0 {
             return;
@@ -1708,6 +1810,30 @@ impl Runtime {
                 Some(JUMP.last_bbcc.load(Ordering::Relaxed) as u32),
             );
         }
+    }
+
+    /// The rest of the pops the inline return path made (it charged the blocks and the arcs'
+    /// inclusive costs): as [`Runtime::setup_fast_ret`] does after that, from the frames'
+    /// plans. Integer-only.
+    #[inline(always)]
+    fn finish_inline_pops(&mut self, t: &mut ThreadState, k: u64) {
+        for _ in 0..k {
+            let n = t.stack.len();
+            let Some(top) = n.checked_sub(1).and_then(|i| t.stack.get(i)) else {
+                return;
+            };
+            let (to_fn, active, fn_sp) = (top.plan_to_fn, top.plan_active, top.fn_sp);
+            let cxt = Self::opt(&top.cxt);
+            if let Some(x) = t.fn_active.get_mut(to_fn as usize) {
+                *x = active;
+            }
+            t.stack.truncate(n - 1);
+            t.nonskipped = None;
+            t.cxt = cxt;
+            t.fn_stack.truncate(fn_sp);
+        }
+        t.fast.top_sp = t.stack.last().map_or(u64::MAX, |e| e.sp);
+        t.fast.key = self.summary_key(t);
     }
 
     /// Makes [`JUMP`] thread `t`'s (key `key`, whose state is current): the key a plainly
@@ -1737,6 +1863,38 @@ impl Runtime {
             .store(f.last_count as u64, Ordering::Relaxed);
         JUMP.expect
             .store(expect.unwrap_or(u64::MAX), Ordering::Relaxed);
+        // The return case: armed for the top frame; taken only right after a block that
+        // ends in a plain `ret`.
+        let mut prev_ret = 1;
+        if !f.last_bb.is_null() {
+            // SAFETY: a leaked BlockInfo.
+            let lbb = unsafe { &*f.last_bb };
+            if lbb.exit == Exit::Return && lbb.rep.is_empty() {
+                prev_ret = 0;
+            }
+        }
+        JUMP.prev_ret.store(prev_ret, Ordering::Relaxed);
+        JUMP.run_ir
+            .store(core::ptr::addr_of!(t.run[R_IR]) as u64, Ordering::Relaxed);
+        // The frames, as the fast paths planned their returns (taken only while collecting
+        // and outside skipped functions).
+        let (frame, base) = match (t.stack.len().checked_sub(1), t.collect && top_ok) {
+            (Some(top), true) if t.nonskipped.is_none() => {
+                let base = t.stack.as_ptr();
+                (base.wrapping_add(top) as u64, base as u64)
+            }
+            _ => (EMPTY_FRAME.as_ptr() as u64, 0),
+        };
+        JUMP.ret_frame.store(frame, Ordering::Relaxed);
+        JUMP.stack_base_neg
+            .store(base.wrapping_neg(), Ordering::Relaxed);
+    }
+
+    /// Disarms [`JUMP`] (both cases) before Rust code changes thread state.
+    pub fn inline_disarm() {
+        JUMP.expect.store(u64::MAX, Ordering::Relaxed);
+        JUMP.ret_frame
+            .store(EMPTY_FRAME.as_ptr() as u64, Ordering::Relaxed);
     }
 
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
