@@ -1097,24 +1097,8 @@ impl Runtime {
         let Some(&from_fn) = self.cxts.get(fbcc.cxt as usize).and_then(|c| c.fns.first()) else {
             return false;
         };
-        let Some(&a_old) = t.fn_active.get(to_fn as usize) else {
+        let Some((a_old, a_new, idx)) = self.call_level(t, from_fn, to_fn, recs) else {
             return false;
-        };
-        let a_new = if self.skip_direct_rec && from_fn == to_fn {
-            a_old
-        } else {
-            match a_old.checked_add(1) {
-                Some(v) => v,
-                None => return false,
-            }
-        };
-        let idx = if recs > 1 {
-            match a_new.min(recs).checked_sub(1) {
-                Some(i) => i,
-                None => return false,
-            }
-        } else {
-            0
         };
         if bkey != fast_key(new_cxt, idx, t.th) {
             return false;
@@ -1221,6 +1205,32 @@ impl Runtime {
             }
             t.stack.set_len(n + 1);
         }
+    }
+
+    /// For a call from `from_fn` into `to_fn` (whose context separates `recs` recursion
+    /// levels): the callee's activation count before and after it and the level index of its
+    /// cost centre, as `push_call` and `setup` make them; `None` when the slow path must
+    /// decide.
+    #[inline(always)]
+    fn call_level(
+        &self,
+        t: &ThreadState,
+        from_fn: u32,
+        to_fn: u32,
+        recs: u32,
+    ) -> Option<(u32, u32, u32)> {
+        let a_old = *t.fn_active.get(to_fn as usize)?;
+        let a_new = if self.skip_direct_rec && from_fn == to_fn {
+            a_old
+        } else {
+            a_old.checked_add(1)?
+        };
+        let idx = if recs > 1 {
+            a_new.min(recs).checked_sub(1)?
+        } else {
+            0
+        };
+        Some((a_old, a_new, idx))
     }
 
     /// The arc `from -> to` if one of the caller's two cached last calls is it.
@@ -1394,24 +1404,8 @@ impl Runtime {
         if last_fn != from_fn {
             return false;
         }
-        let Some(&a_old) = t.fn_active.get(to_fn as usize) else {
+        let Some((_, a_new, idx)) = self.call_level(t, from_fn, to_fn, recs) else {
             return false;
-        };
-        let a_new = if self.skip_direct_rec && from_fn == to_fn {
-            a_old
-        } else {
-            match a_old.checked_add(1) {
-                Some(v) => v,
-                None => return false,
-            }
-        };
-        let idx = if recs > 1 {
-            match a_new.min(recs).checked_sub(1) {
-                Some(i) => i,
-                None => return false,
-            }
-        } else {
-            0
         };
         if bkey != fast_key(new_cxt, idx, t.th) {
             return false;
