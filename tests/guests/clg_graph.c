@@ -1,8 +1,11 @@
 /* Call graph shapes for the callgrind tests (compiled by tests/all/callgrind.rs with -O0):
- * recursion (fib), a longjmp out of recursion (dive), and collection toggled by a client
- * request around `measured` when CLG_TOGGLE is defined. */
+ * recursion (fib), a longjmp out of recursion (dive), collection toggled by a client
+ * request around `measured` when CLG_TOGGLE is defined, and in `alternate` an indirect call
+ * site alternating between two callees, chains of returns and PLT calls into libc (the
+ * fast and inline call/return paths). */
 #include <setjmp.h>
 #include <stdio.h>
+#include <string.h>
 #ifdef CLG_TOGGLE
 #include <valgrind/callgrind.h>
 #endif
@@ -18,6 +21,19 @@ __attribute__((noinline)) int dive(int depth) {
 
 __attribute__((noinline)) long setup(void) { long s = 0; for (int i = 0; i < 3000; i++) s += i % 7; return s; }
 __attribute__((noinline)) long measured(void) { long s = 0; for (int i = 0; i < 1000; i++) s += i % 3; return s; }
+
+__attribute__((noinline)) long sq(long x) { return x * x; }
+__attribute__((noinline)) long inc(long x) { return x + 1; }
+__attribute__((noinline)) long chain3(long x) { return inc(x) + 1; }
+__attribute__((noinline)) long chain2(long x) { return chain3(x) + 1; }
+__attribute__((noinline)) long chain1(long x) { return chain2(x) + 1; }
+static const char *words[4] = {"a", "call", "graph", "callgrind"};
+__attribute__((noinline)) long alternate(void) {
+    long (*fs[2])(long) = {sq, inc};
+    long s = 0;
+    for (int i = 0; i < 1000; i++) s += fs[i & 1](i) + chain1(i) + (long)strlen(words[i & 3]);
+    return s;
+}
 
 int main(void) {
     long f = fib(10);
@@ -35,6 +51,7 @@ int main(void) {
 #ifdef CLG_TOGGLE
     CALLGRIND_TOGGLE_COLLECT;
 #endif
-    printf("%ld %d %ld %ld\n", f, got, a, b);
+    long c = alternate();
+    printf("%ld %d %ld %ld %ld\n", f, got, a, b, c);
     return 0;
 }
