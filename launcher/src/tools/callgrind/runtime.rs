@@ -1279,7 +1279,7 @@ impl Runtime {
     }
 
     /// The fast path for a call into a skipped function (`--skip-plt`'s PLT stubs,
-    /// `--fn-skip`), Ir-only mode: as `setup`, the stub's block gets a cost centre in the
+    /// `--fn-skip`): as `setup`, the stub's block gets a cost centre in the
     /// caller's context, a frame without arc is pushed and the caller's cost centre becomes
     /// the one skipped costs go to. Everything is checked before anything changes.
     #[inline(always)]
@@ -1290,7 +1290,7 @@ impl Runtime {
         bb: &BlockInfo,
         sp: u64,
     ) -> bool {
-        if self.eager || self.miss_slots != 0 || !lbb.rep.is_empty() {
+        if !lbb.rep.is_empty() {
             return false;
         }
         let top_sp = t.stack.last().map_or(u64::MAX, |e| e.sp);
@@ -1333,12 +1333,29 @@ impl Runtime {
             top_sp: sp,
             key: u64::MAX,
         };
+        // Entering the stub: with cache simulation its cost goes to the skipped-cost sink
+        // now, and so do its misses (as `charge_entered` and `set_cur` in a skipped state).
+        if let Some(sink) = self.bbccs.get_mut(from as usize) {
+            if self.eager && t.collect {
+                add_cost(&mut t.run, &bb.stat, N_STATIC);
+                add_cost(&mut sink.skipped, &bb.stat, N_STATIC);
+            }
+            if self.miss_slots != 0 {
+                let base = if t.collect {
+                    sink.skipped[R_MISS..].as_mut_ptr()
+                } else {
+                    core::ptr::null_mut()
+                };
+                CUR_BASE.store(base, Ordering::Relaxed);
+                CUR_STRIDE.store(0, Ordering::Relaxed);
+            }
+        }
         true
     }
 
     /// The fast path for a jump that Callgrind turns into a call (into a function entry, or
     /// into another object or section: tail calls, and a PLT stub's jump into the library),
-    /// Ir-only mode, with no frame to unwind: the arc comes from the caller of the skipped
+    /// with no frame to unwind: the arc comes from the caller of the skipped
     /// function when one is active (the PLT case), else from the jumping block; the frame
     /// takes the top frame's stack pointer. The callee's context must be the current one
     /// (same function) or its cached one-function context, its cost centre and the arc the
@@ -1352,7 +1369,7 @@ impl Runtime {
         sp: u64,
     ) -> bool {
         let fl = &bb.flags;
-        if self.eager || self.miss_slots != 0 || lbb.flags.pop_on_jump {
+        if lbb.flags.pop_on_jump {
             return false;
         }
         if fl.skip || fl.dump_before || fl.zero_before || fl.toggle_collect {
@@ -1428,7 +1445,8 @@ impl Runtime {
         // Commit: charge the previous block (to the skipped-cost sink when a skipped function
         // is active), push the context and the frame, enter `bb`.
         self.bb_executions = self.bb_executions.wrapping_add(1);
-        if t.collect {
+        // (With cache simulation the previous block was charged when it was entered.)
+        if !self.eager && t.collect {
             let ns = self.n_cost.min(N_STATIC);
             add_cost(&mut t.run, &lbb.stat, ns);
             match t.nonskipped.and_then(|b| self.bbccs.get_mut(b as usize)) {
@@ -1461,6 +1479,7 @@ impl Runtime {
             top_sp: frame_sp,
             key: self.summary_key(t),
         };
+        self.fast_enter(t, bb);
         true
     }
 
