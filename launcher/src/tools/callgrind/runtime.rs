@@ -266,6 +266,17 @@ fn inline_key(key: u64, obj: u32, sect: u8) -> Option<u64> {
     Some((cxt << 48) | (u64::from(obj) << 36) | (u64::from(sect) << 32) | (key & 0xffff_ffff))
 }
 
+/// The recursion-level index of a cost centre in a context separating `recs` levels, for a
+/// function with `active` activations (`None`: unknown, or none, which `setup` must fix up).
+#[inline(always)]
+fn level_index(recs: u32, active: Option<u32>) -> Option<u32> {
+    if recs > 1 {
+        active?.min(recs).checked_sub(1)
+    } else {
+        Some(0)
+    }
+}
+
 /// The key of a (context, recursion level, thread partition) triple in
 /// [`BlockInfo::fast_key`] and [`Fast`]; `u64::MAX` (never cached) when a level or partition
 /// does not fit its bits.
@@ -1225,11 +1236,7 @@ impl Runtime {
         } else {
             a_old.checked_add(1)?
         };
-        let idx = if recs > 1 {
-            a_new.min(recs).checked_sub(1)?
-        } else {
-            0
-        };
+        let idx = level_index(recs, Some(a_new))?;
         Some((a_old, a_new, idx))
     }
 
@@ -1574,23 +1581,15 @@ impl Runtime {
         let Some(&top_fn) = cx.fns.first() else {
             return false;
         };
-        let idx = if cx.recs > 1 {
-            let cur = if top_fn == f0 {
-                v0
-            } else if top_fn == f1 {
-                v1
-            } else {
-                match active(top_fn) {
-                    Some(v) => v,
-                    None => return false,
-                }
-            };
-            match cur.min(cx.recs).checked_sub(1) {
-                Some(i) => i,
-                None => return false,
-            }
+        let cur = if top_fn == f0 {
+            Some(v0)
+        } else if top_fn == f1 {
+            Some(v1)
         } else {
-            0
+            active(top_fn)
+        };
+        let Some(idx) = level_index(cx.recs, cur) else {
+            return false;
         };
         if bb.fast_key.get() != fast_key(new_cxt, idx, t.th) {
             return false;
@@ -1693,21 +1692,13 @@ impl Runtime {
         let Some(&top_fn) = cx.fns.first() else {
             return false;
         };
-        let idx = if cx.recs > 1 {
-            let cur = if top_fn == to_fn {
-                a_new
-            } else {
-                match t.fn_active.get(top_fn as usize) {
-                    Some(&v) => v,
-                    None => return false,
-                }
-            };
-            match cur.min(cx.recs).checked_sub(1) {
-                Some(i) => i,
-                None => return false,
-            }
+        let cur = if top_fn == to_fn {
+            Some(a_new)
         } else {
-            0
+            t.fn_active.get(top_fn as usize).copied()
+        };
+        let Some(idx) = level_index(cx.recs, cur) else {
+            return false;
         };
         if bb.fast_key.get() != fast_key(new_cxt, idx, t.th) {
             return false;
