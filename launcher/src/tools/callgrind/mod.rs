@@ -994,7 +994,7 @@ impl Tool for Callgrind {
                 ir: bb.n_insns as u32,
                 ends_plain: bb.plain_exit,
                 addr: bb.addr,
-                ends_ret: bb.exit == Exit::Return && bb.rep.is_empty(),
+                ends_ret: bb.plain_ret(),
                 frame: runtime::frame_layout(),
             };
             ins.call_with_fallback_inline(0, fast, slow, CallArg::Sp, jumps, jump);

@@ -248,6 +248,15 @@ pub struct BlockInfo {
     pub jrec: InlineRec,
 }
 
+impl BlockInfo {
+    /// Ends in a `ret` and has no `rep` instruction: the return fast paths may take the
+    /// transition to the next block.
+    #[inline(always)]
+    pub fn plain_ret(&self) -> bool {
+        self.exit == Exit::Return && self.rep.is_empty()
+    }
+}
+
 /// The running thread's summary as the inline jump path reads it (Ir-only mode, see
 /// [`Runtime::inline_push`]). Its `ir`/`bbs` deltas and last block belong to the thread
 /// whose key it holds ([`Runtime::inline_pull`] folds them back before Rust code looks).
@@ -968,7 +977,7 @@ impl Runtime {
         }
         // A return checks the context it returns into itself (the thread's key is the
         // callee's).
-        if lbb.exit == Exit::Return && lbb.rep.is_empty() {
+        if lbb.plain_ret() {
             let two =
                 t.stack.len() >= 2 && t.stack.get(t.stack.len() - 2).is_some_and(|e| e.sp < sp);
             if two {
@@ -1160,14 +1169,7 @@ impl Runtime {
             Self::push_fn(t, bb.fn_id);
         }
         t.cxt = Some(new_cxt);
-        t.last_bbcc = Some(to);
-        t.fast = Fast {
-            last_bb: bb,
-            last_count: bb.fast_count.get(),
-            top_sp: sp,
-            key: self.summary_key(t),
-        };
-        self.fast_enter(t, bb);
+        self.enter_fast(t, bb, sp);
         true
     }
 
@@ -1267,6 +1269,30 @@ impl Runtime {
             t.fn_stack.as_mut_ptr().add(fsp).write(f);
             t.fn_stack.set_len(fsp + 1);
         }
+    }
+
+    /// The end of a fast path: `bb` (with its cached cost centre) is the thread's last block,
+    /// the summary is recomputed with `top_sp` as the top frame's `sp`, and `bb` is entered.
+    #[inline(always)]
+    fn enter_fast(&self, t: &mut ThreadState, bb: &BlockInfo, top_sp: u64) {
+        t.last_bbcc = Some(bb.last.get().2);
+        t.fast = Fast {
+            last_bb: bb,
+            last_count: bb.fast_count.get(),
+            top_sp,
+            key: self.summary_key(t),
+        };
+        self.fast_enter(t, bb);
+    }
+
+    /// What popping frames down to `depth` leaves when the last one popped had an arc (as
+    /// `pop`): its context and function-stack depth, no skipped function active.
+    #[inline(always)]
+    fn pop_to(t: &mut ThreadState, depth: usize, cxt: Option<u32>, fn_sp: usize) {
+        t.stack.truncate(depth);
+        t.nonskipped = None;
+        t.cxt = cxt;
+        t.fn_stack.truncate(fn_sp);
     }
 
     /// Reads an `Option<u32>` as integers: a plain copy of the 8-byte value may be made with
@@ -1479,14 +1505,7 @@ impl Runtime {
         }
         t.nonskipped = None;
         t.cxt = Some(new_cxt);
-        t.last_bbcc = Some(to);
-        t.fast = Fast {
-            last_bb: bb,
-            last_count: bb.fast_count.get(),
-            top_sp: frame_sp,
-            key: self.summary_key(t),
-        };
-        self.fast_enter(t, bb);
+        self.enter_fast(t, bb, frame_sp);
         true
     }
 
@@ -1609,18 +1628,8 @@ impl Runtime {
                 *a = v;
             }
         }
-        t.stack.truncate(n - 2);
-        t.nonskipped = None;
-        t.cxt = Some(new_cxt);
-        t.fn_stack.truncate(fn_sp);
-        t.last_bbcc = Some(bb.last.get().2);
-        t.fast = Fast {
-            last_bb: bb,
-            last_count: bb.fast_count.get(),
-            top_sp: next_sp,
-            key: self.summary_key(t),
-        };
-        self.fast_enter(t, bb);
+        Self::pop_to(t, n - 2, Some(new_cxt), fn_sp);
+        self.enter_fast(t, bb, next_sp);
         true
     }
 
@@ -1713,18 +1722,8 @@ impl Runtime {
         if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
             *a = a_new;
         }
-        t.stack.truncate(n - 1);
-        t.nonskipped = None;
-        t.cxt = Some(new_cxt);
-        t.fn_stack.truncate(fn_sp);
-        t.last_bbcc = Some(bb.last.get().2);
-        t.fast = Fast {
-            last_bb: bb,
-            last_count: bb.fast_count.get(),
-            top_sp: next_sp,
-            key: self.summary_key(t),
-        };
-        self.fast_enter(t, bb);
+        Self::pop_to(t, n - 1, Some(new_cxt), fn_sp);
+        self.enter_fast(t, bb, next_sp);
         true
     }
 
@@ -1831,10 +1830,7 @@ impl Runtime {
             if let Some(x) = t.fn_active.get_mut(to_fn as usize) {
                 *x = active;
             }
-            t.stack.truncate(n - 1);
-            t.nonskipped = None;
-            t.cxt = cxt;
-            t.fn_stack.truncate(fn_sp);
+            Self::pop_to(t, n - 1, cxt, fn_sp);
         }
         t.fast.top_sp = t.stack.last().map_or(u64::MAX, |e| e.sp);
         t.fast.key = self.summary_key(t);
@@ -1873,7 +1869,7 @@ impl Runtime {
         if !f.last_bb.is_null() {
             // SAFETY: a leaked BlockInfo.
             let lbb = unsafe { &*f.last_bb };
-            if lbb.exit == Exit::Return && lbb.rep.is_empty() {
+            if lbb.plain_ret() {
                 prev_ret = 0;
             }
         }
