@@ -3,8 +3,9 @@
 //!
 //! # Invariants
 //! * [`FlatCache::tags`] points to an allocation of exactly `len = sets * assoc` `u64`s that
-//!   the `FlatCache` owns (made by leaking a `Box<[u64]>`, freed in `Drop`), so the pointer
-//!   stays valid and fixed for the `FlatCache`'s whole life, wherever the struct moves.
+//!   the `FlatCache` owns (an anonymous mapping below 2 GiB when `low` is set, else a leaked
+//!   `Box<[u64]>`; freed in `Drop`), so the pointer stays valid and fixed for the
+//!   `FlatCache`'s whole life, wherever the struct moves.
 //! * `set_mask == sets - 1` with `sets` a power of two, `assoc >= 1`, `line_bits < 64`, and
 //!   `row_bytes == assoc * 8`: so for any address, `(line & set_mask) * assoc + w < len` for
 //!   every way `w < assoc`. `FlatCache::new` is the only constructor.
@@ -68,6 +69,39 @@ pub struct FlatCache {
     row_bytes: u64,
     /// `sets * assoc`: number of tags.
     len: u64,
+    /// Whether `tags` is a `MAP_32BIT` mapping (else a leaked box).
+    low: bool,
+}
+
+/// Tag arrays up to this size (every L1 in practice) are mapped below 2 GiB when the kernel
+/// allows, so that generated code can address them with a 32-bit displacement
+/// (`FlatCache::tags_ptr() as u64 < 1 << 31`) instead of loading a 64-bit constant.
+const LOW_TAGS_MAX_BYTES: u64 = 1 << 20;
+
+/// An all-zero array of `len` tags: (pointer, whether it is a low mapping).
+fn alloc_tags(len: u64) -> Option<(NonNull<u64>, bool)> {
+    let bytes = usize::try_from(len.checked_mul(8)?).ok()?;
+    if bytes > 0 && bytes as u64 <= LOW_TAGS_MAX_BYTES {
+        // SAFETY: a fresh private anonymous mapping (no file, no fixed address): it cannot
+        // alias any existing Rust object. The kernel zero-fills it.
+        let p = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+                -1,
+                0,
+            )
+        };
+        if p != libc::MAP_FAILED {
+            if let Some(p) = NonNull::new(p.cast::<u64>()) {
+                return Some((p, true));
+            }
+        }
+    }
+    let boxed: Box<[u64]> = vec![0u64; usize::try_from(len).ok()?].into_boxed_slice();
+    Some((NonNull::from(Box::leak(boxed)).cast::<u64>(), false))
 }
 
 // SAFETY: a FlatCache uniquely owns its tag allocation (like a Box<[u64]>), and the pointer
@@ -96,8 +130,7 @@ impl FlatCache {
         }
         let len = sets.checked_mul(assoc)?;
         let row_bytes = assoc.checked_mul(8)?;
-        let boxed: Box<[u64]> = vec![0u64; usize::try_from(len).ok()?].into_boxed_slice();
-        let tags = NonNull::from(Box::leak(boxed)).cast::<u64>();
+        let (tags, low) = alloc_tags(len)?;
         Some(FlatCache {
             tags,
             set_mask: sets - 1,
@@ -105,6 +138,7 @@ impl FlatCache {
             assoc,
             row_bytes,
             len,
+            low,
         })
     }
 
@@ -151,19 +185,27 @@ impl FlatCache {
 impl Clone for FlatCache {
     /// A deep copy: a new tag array with the same contents (e.g. for a forked child).
     fn clone(&self) -> Self {
-        let boxed: Box<[u64]> = self.tags().into();
-        FlatCache {
-            tags: NonNull::from(Box::leak(boxed)).cast::<u64>(),
-            ..*self
-        }
+        let Some((tags, low)) = alloc_tags(self.len) else {
+            // `new` allocated this size already; only memory exhaustion gets here.
+            std::alloc::handle_alloc_error(std::alloc::Layout::new::<u64>());
+        };
+        let mut copy = FlatCache { tags, low, ..*self };
+        copy.tags_mut().copy_from_slice(self.tags());
+        copy
     }
 }
 
 impl Drop for FlatCache {
     fn drop(&mut self) {
+        if self.low {
+            // SAFETY: `tags` is the start of a mapping of `len * 8` bytes made in
+            // `alloc_tags`, unmapped only here, once; nothing refers to it after `drop`.
+            unsafe { libc::munmap(self.tags.as_ptr().cast(), self.len as usize * 8) };
+            return;
+        }
         let slice = core::ptr::slice_from_raw_parts_mut(self.tags.as_ptr(), self.len as usize);
         // SAFETY: `tags`/`len` came from a leaked `Box<[u64]>` of length `len` in
-        // `new`/`clone` and are freed only here, once.
+        // `alloc_tags` and are freed only here, once.
         drop(unsafe { Box::from_raw(slice) });
     }
 }

@@ -56,16 +56,24 @@ enum SlowKind {
         arg1: Option<u64>,
         arg2: u64,
     },
-    /// The rest of the L1 lookup of a data access whose MRU check failed: on entry rax = the
-    /// line of its last byte, rcx = byte offset of the set row of its first byte, rdx = tag
-    /// array; guest rax, rcx, rdx saved, the flags free (saved if live), the address in
-    /// `gs:[helper_args + 8]`. An access spanning two lines goes on to `straddle`.
-    DataScan {
+    /// `kind` with guest rax and rcx saved first (`gs:[instr_scratch]`) and restored on the
+    /// way back, for a check that borrowed no register (`entry` is the inner kind's label).
+    Saving {
+        entry: DynamicLabel,
+        kind: Box<SlowKind>,
+    },
+    /// A data access whose MRU check failed (`Plan::data`): on entry guest rax and rcx are
+    /// saved, the flags saved if live, rdx untouched. Recomputes the address from the guest
+    /// registers, then does the rest of the L1 lookup inline when `after_miss` is given
+    /// (calling it on an L1 miss) and calls `helper` for an access spanning two lines or when
+    /// there is no inline lookup.
+    Data {
+        acc: MemAccess,
+        offset: i32,
         cache: MruCache,
-        after_miss: Helper,
+        helper: Helper,
+        after_miss: Option<Helper>,
         size: u64,
-        /// Where an access spanning two lines goes (the full call).
-        straddle: DynamicLabel,
     },
     /// Callgrind's inline return case (`inline_ret`), reached when the inline jump case's
     /// key did not match (rax, rcx, rdx saved, rdx = the state): back to `back` when taken,
@@ -103,6 +111,8 @@ pub(crate) struct Plan {
     /// Counter used in place of `Op::CountBlock`'s (an unrolled copy's loop share).
     counter_override: Option<*mut u64>,
     slow: Vec<Slow>,
+    /// 8-byte constants read `rip`-relative, emitted after the slow paths.
+    literals: Vec<(DynamicLabel, u64)>,
 }
 
 // SAFETY: see `Op`: the pointers are addresses embedded in code, not dereferenced here.
@@ -130,6 +140,7 @@ impl Plan {
             count_at,
             counter_override: None,
             slow: Vec::new(),
+            literals: Vec::new(),
         }
     }
 
@@ -142,6 +153,7 @@ impl Plan {
             count_at: 0,
             counter_override: None,
             slow: Vec::new(),
+            literals: Vec::new(),
         }
     }
 
@@ -403,112 +415,12 @@ impl Plan {
     /// Emits the out-of-line calls of failed checks.
     pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) {
         for s in std::mem::take(&mut self.slow) {
-            let (entry, back) = (s.entry, s.back);
-            dynasm!(a ; .arch x64 ; =>entry);
-            match s.kind {
-                SlowKind::Call { helper, arg1, arg2 } => {
-                    if let Some(v) = arg1 {
-                        dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64 ; gs mov QWORD [ARG1], rax);
-                    }
-                    helper_call(a, helper, arg2, back);
-                }
-                SlowKind::DataScan {
-                    cache,
-                    after_miss,
-                    size,
-                    straddle,
-                } => {
-                    let bits = cache.line_bits as i8;
-                    dynasm!(a
-                        ; .arch x64
-                        ; add rcx, rdx
-                        ; gs mov rdx, QWORD [ARG1]
-                        ; shr rdx, bits
-                        ; cmp rax, rdx
-                        ; jne =>straddle
-                    );
-                    let install = |a: &mut Asm| {
-                        dynasm!(a
-                            ; .arch x64
-                            ; gs mov rax, QWORD [ARG1]
-                            ; shr rax, bits
-                            ; mov QWORD [rcx], rax
-                        );
-                    };
-                    let miss = a.new_dynamic_label();
-                    l1_scan(a, cache, back, miss, &install);
-                    dynasm!(a ; .arch x64 ; =>miss);
-                    helper_call(a, after_miss, size, back);
-                }
-                SlowKind::InlineRet { jump, fail } => inline_ret(a, &jump, back, fail),
-                SlowKind::FetchScan {
-                    cache,
-                    after_miss,
-                    addr,
-                    len,
-                } => {
-                    let first = addr >> cache.line_bits;
-                    let last = (addr + len - 1) >> cache.line_bits;
-                    let straddle = last != first;
-                    // Flags are live here: keep them (and rdx) for the way back.
-                    a.extend([0x9f, 0x0f, 0x90, 0xc0]); // lahf; seto al
-                    dynasm!(a
-                        ; .arch x64
-                        ; gs mov QWORD [FLAGS], rax
-                        ; gs mov QWORD [IS2], rdx
-                    );
-                    let (call_ll, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
-                    if straddle {
-                        // Both lines in address order, one access: an L1 miss if either
-                        // missed (`gs:[IS3]`), then LL for the whole access.
-                        dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], 0);
-                    }
-                    for line in [first, last].into_iter().take(1 + usize::from(straddle)) {
-                        let row = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
-                        dynasm!(a
-                            ; .arch x64
-                            ; mov rcx, QWORD row as i64
-                            ; mov rax, QWORD line as i64
-                        );
-                        let install = |a: &mut Asm| {
-                            dynasm!(a
-                                ; .arch x64
-                                ; mov rax, QWORD line as i64
-                                ; mov QWORD [rcx], rax
-                            );
-                        };
-                        if straddle {
-                            let (next, missed) = (a.new_dynamic_label(), a.new_dynamic_label());
-                            dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx] ; je =>next);
-                            l1_scan(a, cache, next, missed, &install);
-                            dynasm!(a
-                                ; .arch x64
-                                ; =>missed
-                                ; gs mov QWORD [IS3], 1
-                                ; =>next
-                            );
-                        } else {
-                            l1_scan(a, cache, restore, call_ll, &install);
-                        }
-                    }
-                    if straddle {
-                        dynasm!(a
-                            ; .arch x64
-                            ; gs mov rcx, QWORD [IS3]
-                            ; jrcxz =>restore
-                        );
-                    }
-                    dynasm!(a
-                        ; .arch x64
-                        ; =>call_ll
-                        ; mov rax, QWORD addr as i64
-                        ; gs mov QWORD [ARG1], rax
-                    );
-                    helper_call(a, after_miss, len, restore);
-                    dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
-                    restore_flags(a);
-                    dynasm!(a ; .arch x64 ; jmp =>back);
-                }
+            emit_slow(a, s);
+        }
+        if !self.literals.is_empty() {
+            dynasm!(a ; .arch x64 ; .align 8);
+            for (label, value) in std::mem::take(&mut self.literals) {
+                dynasm!(a ; .arch x64 ; =>label ; .u64 value);
             }
         }
     }
@@ -526,48 +438,66 @@ impl Plan {
         let line = addr >> cache.line_bits;
         let entry = a.new_dynamic_label();
         let back = a.new_dynamic_label();
-        let call = SlowKind::Call {
-            helper,
-            arg1: Some(addr),
-            arg2: len,
+        let kind = match after_miss {
+            Some(after_miss) => SlowKind::FetchScan {
+                cache,
+                after_miss,
+                addr,
+                len,
+            },
+            None => SlowKind::Call {
+                helper,
+                arg1: Some(addr),
+                arg2: len,
+            },
         };
-        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
-        if (addr + len - 1) >> cache.line_bits != line {
-            // Two lines: never a plain MRU hit; the inline lookup checks both.
-            dynasm!(a ; .arch x64 ; jmp =>entry);
-            let kind = match after_miss {
-                Some(after_miss) => SlowKind::FetchScan {
-                    cache,
-                    after_miss,
-                    addr,
-                    len,
+        let tag = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
+        let one_line = (addr + len - 1) >> cache.line_bits == line;
+        if one_line && !self.live[i] && tag + 8 <= 1 << 31 {
+            // Flags dead and the tag within 32-bit reach: compare in memory, no register.
+            let (lo, hi) = (line as u32 as i32, (line >> 32) as u32 as i32);
+            if line < 1 << 31 {
+                dynasm!(a ; .arch x64 ; cmp QWORD [tag as i32], lo ; jne =>entry);
+            } else {
+                dynasm!(a
+                    ; .arch x64
+                    ; cmp DWORD [tag as i32], lo
+                    ; jne =>entry
+                    ; cmp DWORD [(tag + 4) as i32], hi
+                    ; jne =>entry
+                );
+            }
+            dynasm!(a ; .arch x64 ; =>back);
+            // The slow path saves what it borrows and restores it before coming back.
+            let inner = a.new_dynamic_label();
+            self.slow.push(Slow {
+                entry,
+                back,
+                kind: SlowKind::Saving {
+                    entry: inner,
+                    kind: Box::new(kind),
                 },
-                None => call,
-            };
-            self.slow.push(Slow { entry, back, kind });
-        } else {
-            let tag = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
+            });
+            return;
+        }
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
+        if one_line {
             let neg = line.wrapping_neg();
+            if tag + 8 <= 1 << 31 {
+                dynasm!(a ; .arch x64 ; mov rax, QWORD [tag as i32]);
+            } else {
+                dynasm!(a ; .arch x64 ; mov rax, QWORD tag as i64 ; mov rax, QWORD [rax]);
+            }
             dynasm!(a
                 ; .arch x64
-                ; mov rax, QWORD tag as i64
-                ; mov rax, QWORD [rax]
                 ; mov rcx, QWORD neg as i64
                 ; lea rcx, [rax + rcx]
                 ; jrcxz =>back
-                ; jmp =>entry
             );
-            let kind = match after_miss {
-                Some(after_miss) => SlowKind::FetchScan {
-                    cache,
-                    after_miss,
-                    addr,
-                    len,
-                },
-                None => call,
-            };
-            self.slow.push(Slow { entry, back, kind });
         }
+        // Two lines: never a plain MRU hit; the inline lookup checks both.
+        dynasm!(a ; .arch x64 ; jmp =>entry);
+        self.slow.push(Slow { entry, back, kind });
         dynasm!(a ; .arch x64 ; =>back ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
     }
 
@@ -589,94 +519,94 @@ impl Plan {
         self.slow.push(Slow {
             entry,
             back,
-            kind: SlowKind::Call {
+            kind: SlowKind::Data {
+                acc,
+                offset: dref.offset,
+                cache,
                 helper,
-                arg1: None,
-                arg2: size,
+                after_miss,
+                size,
             },
         });
-        // A failed MRU check of a single-line access: the inline L1 lookup, if asked for.
-        let scan = match after_miss {
-            Some(after_miss) => {
-                let scan = a.new_dynamic_label();
-                self.slow.push(Slow {
-                    entry: scan,
-                    back,
-                    kind: SlowKind::DataScan {
-                        cache,
-                        after_miss,
-                        size,
-                        straddle: entry,
-                    },
-                });
-                scan
-            }
-            None => entry,
-        };
         dynasm!(a
             ; .arch x64
             ; gs mov QWORD [IS0], rax
             ; gs mov QWORD [IS1], rcx
-            ; gs mov QWORD [IS2], rdx
         );
-        effective_address(a, &acc, dref.offset)?;
-        dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rdx);
+        effective_address(a, &acc, dref.offset, Register::RCX, Register::RAX)?;
         if live {
             save_flags(a);
         }
         let bits = cache.line_bits as i8;
-        let sm = cache.set_mask as i32;
-        let row = (cache.assoc * 8) as i32;
-        let tags = cache.tags as i64;
         let last = (size - 1) as i32;
-        if cache.set_mask != 0 {
-            // The line of the last byte against the MRU tag of the first byte's set: equal
-            // only if the access lies in one line (a tag in set s is s modulo the set count,
-            // and the next line belongs to the next set), so no separate straddle test.
-            if last == 0 {
-                dynasm!(a ; .arch x64 ; mov rax, rdx);
-            } else {
-                dynasm!(a ; .arch x64 ; lea rax, [rdx + last]);
-            }
-            dynasm!(a
-                ; .arch x64
-                ; shr rax, bits
-                ; shr rdx, bits
-                ; mov rcx, rdx
-                ; and rcx, sm
-                ; imul rcx, rcx, row
-                ; mov rdx, QWORD tags
-                ; cmp rax, QWORD [rdx + rcx]
-                ; jne =>scan
-            );
+        if last == 0 {
+            dynasm!(a ; .arch x64 ; mov rax, rcx);
         } else {
+            dynasm!(a ; .arch x64 ; lea rax, [rcx + last]);
+        }
+        dynasm!(a ; .arch x64 ; shr rax, bits);
+        // rcx = byte offset of the first byte's set row. The line of the last byte is compared
+        // with that row's MRU tag: equal only if the access lies in one line (a tag in set s
+        // is s modulo the set count, and the next line belongs to the next set), so no
+        // separate straddle test, except with a single set.
+        let set_bits = cache.set_mask << cache.line_bits;
+        let row = cache.assoc * 8;
+        match (i32::try_from(set_bits), cache.set_mask) {
+            (Ok(sb), 1..) => {
+                dynasm!(a ; .arch x64 ; and ecx, DWORD sb);
+                let (row_log, line_log) = (row.trailing_zeros() as i8, bits);
+                if !row.is_power_of_two() {
+                    dynasm!(a ; .arch x64 ; shr rcx, bits ; imul rcx, rcx, row as i32);
+                } else if row_log > line_log {
+                    dynasm!(a ; .arch x64 ; shl rcx, row_log - line_log);
+                } else if row_log < line_log {
+                    dynasm!(a ; .arch x64 ; shr rcx, line_log - row_log);
+                }
+            }
+            _ => {
+                // A single set or a huge one: the straddle test first, then the row by
+                // multiplication.
+                dynasm!(a
+                    ; .arch x64
+                    ; shr rcx, bits
+                    ; cmp rax, rcx
+                    ; jne =>entry
+                    ; and rcx, DWORD cache.set_mask as i32
+                    ; imul rcx, rcx, row as i32
+                );
+            }
+        }
+        let tags_end = (cache.set_mask + 1) * row + cache.tags;
+        if tags_end <= 1 << 31 {
+            dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx + cache.tags as i32]);
+        } else {
+            let tags = self.literal(a, cache.tags);
             dynasm!(a
                 ; .arch x64
-                ; lea rax, [rdx + last]
-                ; xor rax, rdx
-                ; shr rax, bits
-                ; jnz =>entry
-                ; mov rax, rdx
-                ; shr rax, bits
-                ; mov rcx, rax
-                ; and rcx, sm
-                ; imul rcx, rcx, row
-                ; mov rdx, QWORD tags
-                ; cmp rax, QWORD [rdx + rcx]
-                ; jne =>scan
+                ; add rcx, QWORD [=>tags]
+                ; cmp rax, QWORD [rcx]
             );
         }
-        dynasm!(a ; .arch x64 ; =>back);
+        dynasm!(a ; .arch x64 ; jne =>entry ; =>back);
         if live {
             restore_flags(a);
         }
         dynasm!(a
             ; .arch x64
-            ; gs mov rdx, QWORD [IS2]
             ; gs mov rcx, QWORD [IS1]
             ; gs mov rax, QWORD [IS0]
         );
         Ok(())
+    }
+
+    /// A label for an 8-byte constant in the pool after the block (read `rip`-relative).
+    fn literal(&mut self, a: &mut Asm, value: u64) -> DynamicLabel {
+        if let Some(&(l, _)) = self.literals.iter().find(|&&(_, v)| v == value) {
+            return l;
+        }
+        let l = a.new_dynamic_label();
+        self.literals.push((l, value));
+        l
     }
 
     fn call(
@@ -973,6 +903,171 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
     );
 }
 
+/// Emits one out-of-line path: `s.entry`, then the code of its kind, which ends by jumping
+/// to `s.back`.
+fn emit_slow(a: &mut Asm, s: Slow) {
+    let (entry, back) = (s.entry, s.back);
+    dynasm!(a ; .arch x64 ; =>entry);
+    match s.kind {
+        SlowKind::Saving { entry: inner, kind } => {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
+            let restore = a.new_dynamic_label();
+            emit_slow(
+                a,
+                Slow {
+                    entry: inner,
+                    back: restore,
+                    kind: *kind,
+                },
+            );
+            dynasm!(a
+                ; .arch x64
+                ; =>restore
+                ; gs mov rcx, QWORD [IS1]
+                ; gs mov rax, QWORD [IS0]
+                ; jmp =>back
+            );
+        }
+        SlowKind::Call { helper, arg1, arg2 } => {
+            if let Some(v) = arg1 {
+                dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64 ; gs mov QWORD [ARG1], rax);
+            }
+            helper_call(a, helper, arg2, back);
+        }
+        SlowKind::Data {
+            acc,
+            offset,
+            cache,
+            helper,
+            after_miss,
+            size,
+        } => data_slow(a, &acc, offset, cache, (helper, after_miss), size, back),
+        SlowKind::InlineRet { jump, fail } => inline_ret(a, &jump, back, fail),
+        SlowKind::FetchScan {
+            cache,
+            after_miss,
+            addr,
+            len,
+        } => {
+            let first = addr >> cache.line_bits;
+            let last = (addr + len - 1) >> cache.line_bits;
+            let straddle = last != first;
+            // Flags are live here: keep them (and rdx) for the way back.
+            a.extend([0x9f, 0x0f, 0x90, 0xc0]); // lahf; seto al
+            dynasm!(a
+                ; .arch x64
+                ; gs mov QWORD [FLAGS], rax
+                ; gs mov QWORD [IS2], rdx
+            );
+            let (call_ll, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
+            if straddle {
+                // Both lines in address order, one access: an L1 miss if either
+                // missed (`gs:[IS3]`), then LL for the whole access.
+                dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], 0);
+            }
+            for line in [first, last].into_iter().take(1 + usize::from(straddle)) {
+                let row = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
+                dynasm!(a
+                    ; .arch x64
+                    ; mov rcx, QWORD row as i64
+                    ; mov rax, QWORD line as i64
+                );
+                let install = |a: &mut Asm| {
+                    dynasm!(a
+                        ; .arch x64
+                        ; mov rax, QWORD line as i64
+                        ; mov QWORD [rcx], rax
+                    );
+                };
+                if straddle {
+                    let (next, missed) = (a.new_dynamic_label(), a.new_dynamic_label());
+                    dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx] ; je =>next);
+                    l1_scan(a, cache, next, missed, &install);
+                    dynasm!(a
+                        ; .arch x64
+                        ; =>missed
+                        ; gs mov QWORD [IS3], 1
+                        ; =>next
+                    );
+                } else {
+                    l1_scan(a, cache, restore, call_ll, &install);
+                }
+            }
+            if straddle {
+                dynasm!(a
+                    ; .arch x64
+                    ; gs mov rcx, QWORD [IS3]
+                    ; jrcxz =>restore
+                );
+            }
+            dynasm!(a
+                ; .arch x64
+                ; =>call_ll
+                ; mov rax, QWORD addr as i64
+                ; gs mov QWORD [ARG1], rax
+            );
+            helper_call(a, after_miss, len, restore);
+            dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
+            restore_flags(a);
+            dynasm!(a ; .arch x64 ; jmp =>back);
+        }
+    }
+}
+
+/// The out-of-line part of a data check (`SlowKind::Data`), returning to `back` with rdx
+/// restored.
+fn data_slow(
+    a: &mut Asm,
+    acc: &MemAccess,
+    offset: i32,
+    cache: MruCache,
+    (helper, after_miss): (Helper, Option<Helper>),
+    size: u64,
+    back: DynamicLabel,
+) {
+    let ret = a.new_dynamic_label();
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS2], rdx
+        ; gs mov rax, QWORD [IS0]
+        ; gs mov rcx, QWORD [IS1]
+    );
+    // The fast path already encoded this address computation, so it cannot fail here.
+    let _ = effective_address(a, acc, offset, Register::RDX, Register::RCX);
+    dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rdx);
+    if let Some(after_miss) = after_miss {
+        let bits = cache.line_bits as i8;
+        let (straddle, miss) = (a.new_dynamic_label(), a.new_dynamic_label());
+        dynasm!(a
+            ; .arch x64
+            ; lea rax, [rdx + (size - 1) as i32]
+            ; shr rax, bits
+            ; shr rdx, bits
+            ; cmp rax, rdx
+            ; jne =>straddle
+            ; mov rcx, rdx
+            ; and rcx, DWORD cache.set_mask as i32
+            ; imul rcx, rcx, (cache.assoc * 8) as i32
+            ; mov rdx, QWORD cache.tags as i64
+            ; add rcx, rdx
+        );
+        let install = |a: &mut Asm| {
+            dynasm!(a
+                ; .arch x64
+                ; gs mov rax, QWORD [ARG1]
+                ; shr rax, bits
+                ; mov QWORD [rcx], rax
+            );
+        };
+        l1_scan(a, cache, ret, miss, &install);
+        dynasm!(a ; .arch x64 ; =>miss);
+        helper_call(a, after_miss, size, ret);
+        dynasm!(a ; .arch x64 ; =>straddle);
+    }
+    helper_call(a, helper, size, ret);
+    dynasm!(a ; .arch x64 ; =>ret ; gs mov rdx, QWORD [IS2] ; jmp =>back);
+}
+
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =
 /// line, rcx = address of its set row. A hit in way `k` moves ways `0..k` down by one, calls
 /// `install` (which must store the line in way 0 through rcx) and jumps to `hit`; a miss moves
@@ -1185,17 +1280,26 @@ fn encode(a: &mut Asm, insn: &Instruction) -> Result<(), String> {
     Ok(())
 }
 
-/// `rdx = effective address of acc + offset` from the guest registers (rax, rcx, rdx still
-/// hold guest values); clobbers rcx for FS-relative accesses.
-fn effective_address(a: &mut Asm, acc: &MemAccess, offset: i32) -> Result<(), String> {
+/// `dst = effective address of acc + offset` from the guest registers (rax, rcx, rdx still
+/// hold guest values); clobbers `scratch` for FS-relative accesses and far displacements.
+fn effective_address(
+    a: &mut Asm,
+    acc: &MemAccess,
+    offset: i32,
+    dst: Register,
+    scratch: Register,
+) -> Result<(), String> {
     let displ = acc.displ.wrapping_add(offset as i64 as u64);
+    let d = displ as i64;
     if matches!(acc.base, Register::RIP | Register::EIP)
         || (acc.base == Register::None && acc.index == Register::None)
     {
-        dynasm!(a ; .arch x64 ; mov rdx, QWORD displ as i64);
+        encode(
+            a,
+            &Instruction::with2(Code::Mov_r64_imm64, dst, displ).map_err(|e| e.to_string())?,
+        )?;
     } else {
         let index = if acc.vsib { Register::None } else { acc.index };
-        let d = displ as i64;
         let (disp, dsize) = if i32::try_from(d).is_ok() {
             // 1: the encoder picks the smallest displacement that fits.
             (d, 1)
@@ -1220,17 +1324,35 @@ fn effective_address(a: &mut Asm, acc: &MemAccess, offset: i32) -> Result<(), St
             false,
             Register::None,
         );
-        let lea =
-            Instruction::with2(Code::Lea_r64_m, Register::RDX, m).map_err(|e| e.to_string())?;
-        encode(a, &lea)?;
+        encode(
+            a,
+            &Instruction::with2(Code::Lea_r64_m, dst, m).map_err(|e| e.to_string())?,
+        )?;
         if dsize == 0 && d != 0 {
             // A displacement beyond rel32 (only with 32-bit wraparound forms): add it flag-free.
-            dynasm!(a ; .arch x64 ; mov rcx, QWORD d ; lea rdx, [rdx + rcx]);
+            encode(
+                a,
+                &Instruction::with2(Code::Mov_r64_imm64, scratch, displ)
+                    .map_err(|e| e.to_string())?,
+            )?;
+            add_flag_free(a, dst, scratch)?;
         }
     }
     if acc.seg == Register::FS {
-        a.extend([0xf3, 0x48, 0x0f, 0xae, 0xc1]); // rdfsbase rcx
-        dynasm!(a ; .arch x64 ; lea rdx, [rdx + rcx]);
+        encode(
+            a,
+            &Instruction::with1(Code::Rdfsbase_r64, scratch).map_err(|e| e.to_string())?,
+        )?;
+        add_flag_free(a, dst, scratch)?;
     }
     Ok(())
+}
+
+/// `lea dst, [dst + src]`.
+fn add_flag_free(a: &mut Asm, dst: Register, src: Register) -> Result<(), String> {
+    let m = MemoryOperand::with_base_index(dst, src);
+    encode(
+        a,
+        &Instruction::with2(Code::Lea_r64_m, dst, m).map_err(|e| e.to_string())?,
+    )
 }
