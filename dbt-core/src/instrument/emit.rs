@@ -40,6 +40,32 @@ const HRET: i32 = OFF_HELPER_RET as i32;
 const TRAMP: i32 = OFF_HELPER_TRAMP as i32;
 const TRAMP_INT: i32 = OFF_HELPER_TRAMP_INT as i32;
 
+const RAX: u8 = 0;
+const RCX: u8 = 1;
+
+/// The iced register for general-purpose register number `n` (rax = 0 .. r15 = 15).
+fn gpr(n: u8) -> Register {
+    const GPRS: [Register; 16] = [
+        Register::RAX,
+        Register::RCX,
+        Register::RDX,
+        Register::RBX,
+        Register::RSP,
+        Register::RBP,
+        Register::RSI,
+        Register::RDI,
+        Register::R8,
+        Register::R9,
+        Register::R10,
+        Register::R11,
+        Register::R12,
+        Register::R13,
+        Register::R14,
+        Register::R15,
+    ];
+    GPRS[usize::from(n & 15)]
+}
+
 /// Out-of-line code reached from an inline check that failed.
 struct Slow {
     entry: DynamicLabel,
@@ -62,8 +88,9 @@ enum SlowKind {
         entry: DynamicLabel,
         kind: Box<SlowKind>,
     },
-    /// A data access whose MRU check failed (`Plan::data`): on entry guest rax and rcx are
-    /// saved, the flags saved if live, rdx untouched. Recomputes the address from the guest
+    /// A data access whose MRU check failed (`Plan::data`): on entry the registers the check
+    /// borrowed hold anything (saved ones in `gs:[IS0]`/`gs:[IS1]`, see `saved`), the flags
+    /// are saved if live. Recomputes the address from the guest
     /// registers, then does the rest of the L1 lookup inline when `after_miss` is given
     /// (calling it on an L1 miss) and calls `helper` for an access spanning two lines or when
     /// there is no inline lookup.
@@ -74,6 +101,8 @@ enum SlowKind {
         helper: Helper,
         after_miss: Option<Helper>,
         size: u64,
+        /// Whether the check saved guest rax / rcx in `gs:[IS0]` / `gs:[IS1]`.
+        saved: [bool; 2],
     },
     /// Callgrind's inline return case (`inline_ret`), reached when the inline jump case's
     /// key did not match (rax, rcx, rdx saved, rdx = the state): back to `back` when taken,
@@ -113,13 +142,16 @@ pub(crate) struct Plan {
     slow: Vec<Slow>,
     /// 8-byte constants read `rip`-relative, emitted after the slow paths.
     literals: Vec<(DynamicLabel, u64)>,
+    /// Per instruction, the guest registers dead before it (`gpr_dead_before`; empty when no
+    /// data check needs them).
+    dead: Vec<u16>,
 }
 
 // SAFETY: see `Op`: the pointers are addresses embedded in code, not dereferenced here.
 unsafe impl Send for Plan {}
 
 impl Plan {
-    pub(crate) fn new(view: &BlockView, ins: Instrumenter) -> Plan {
+    pub(crate) fn new(view: &BlockView, ins: Instrumenter, dead: Vec<u16>) -> Plan {
         let live = super::flags_liveness(view);
         let n = view.insns.len();
         let count_at = (0..n).find(|&i| !live[i]).unwrap_or(0);
@@ -141,6 +173,7 @@ impl Plan {
             counter_override: None,
             slow: Vec::new(),
             literals: Vec::new(),
+            dead,
         }
     }
 
@@ -154,6 +187,7 @@ impl Plan {
             counter_override: None,
             slow: Vec::new(),
             literals: Vec::new(),
+            dead: Vec::new(),
         }
     }
 
@@ -501,6 +535,8 @@ impl Plan {
         dynasm!(a ; .arch x64 ; =>back ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
     }
 
+    // dynasm's dynamic registers (`Rq(n)`) expand to a `.into()` of the `u8` given.
+    #[allow(clippy::useless_conversion)]
     fn data(
         &mut self,
         a: &mut Asm,
@@ -514,6 +550,23 @@ impl Plan {
             return Err(format!("no memory access #{} in instruction", dref.access));
         };
         let size = u64::from(dref.size.max(1));
+        // Two registers: `l` gets the line of the last byte, `w` the address and then the
+        // set row. Dead guest registers need no saving; otherwise rax (`gs:[IS0]`) and rcx
+        // (`gs:[IS1]`). With live flags `l` is rax (`lahf`).
+        let dead = if self.rep_loop(i) {
+            0
+        } else {
+            self.dead.get(i).copied().unwrap_or(0)
+        };
+        let first_dead = |avoid: u8| (0..16u8).find(|&r| dead & (1 << r) != 0 && r != avoid);
+        let l = if live {
+            RAX
+        } else {
+            first_dead(u8::MAX).unwrap_or(RAX)
+        };
+        let w = first_dead(l).unwrap_or(if l == RCX { RAX } else { RCX });
+        let saves = |r: u8| (r == l || r == w) && dead & (1 << r) == 0;
+        let saved = [saves(RAX), saves(RCX)];
         let entry = a.new_dynamic_label();
         let back = a.new_dynamic_label();
         self.slow.push(Slow {
@@ -526,26 +579,28 @@ impl Plan {
                 helper,
                 after_miss,
                 size,
+                saved,
             },
         });
-        dynasm!(a
-            ; .arch x64
-            ; gs mov QWORD [IS0], rax
-            ; gs mov QWORD [IS1], rcx
-        );
-        effective_address(a, &acc, dref.offset, Register::RCX, Register::RAX)?;
+        if saved[0] {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+        }
+        if saved[1] {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+        }
+        effective_address(a, &acc, dref.offset, gpr(w), gpr(l))?;
         if live {
             save_flags(a);
         }
         let bits = cache.line_bits as i8;
         let last = (size - 1) as i32;
         if last == 0 {
-            dynasm!(a ; .arch x64 ; mov rax, rcx);
+            dynasm!(a ; .arch x64 ; mov Rq(l), Rq(w));
         } else {
-            dynasm!(a ; .arch x64 ; lea rax, [rcx + last]);
+            dynasm!(a ; .arch x64 ; lea Rq(l), [Rq(w) + last]);
         }
-        dynasm!(a ; .arch x64 ; shr rax, bits);
-        // rcx = byte offset of the first byte's set row. The line of the last byte is compared
+        dynasm!(a ; .arch x64 ; shr Rq(l), bits);
+        // w = byte offset of the first byte's set row. The line of the last byte is compared
         // with that row's MRU tag: equal only if the access lies in one line (a tag in set s
         // is s modulo the set count, and the next line belongs to the next set), so no
         // separate straddle test, except with a single set.
@@ -553,14 +608,14 @@ impl Plan {
         let row = cache.assoc * 8;
         match (i32::try_from(set_bits), cache.set_mask) {
             (Ok(sb), 1..) => {
-                dynasm!(a ; .arch x64 ; and ecx, DWORD sb);
+                dynasm!(a ; .arch x64 ; and Rd(w), DWORD sb);
                 let (row_log, line_log) = (row.trailing_zeros() as i8, bits);
                 if !row.is_power_of_two() {
-                    dynasm!(a ; .arch x64 ; shr rcx, bits ; imul rcx, rcx, row as i32);
+                    dynasm!(a ; .arch x64 ; shr Rq(w), bits ; imul Rq(w), Rq(w), row as i32);
                 } else if row_log > line_log {
-                    dynasm!(a ; .arch x64 ; shl rcx, row_log - line_log);
+                    dynasm!(a ; .arch x64 ; shl Rq(w), row_log - line_log);
                 } else if row_log < line_log {
-                    dynasm!(a ; .arch x64 ; shr rcx, line_log - row_log);
+                    dynasm!(a ; .arch x64 ; shr Rq(w), line_log - row_log);
                 }
             }
             _ => {
@@ -568,34 +623,35 @@ impl Plan {
                 // multiplication.
                 dynasm!(a
                     ; .arch x64
-                    ; shr rcx, bits
-                    ; cmp rax, rcx
+                    ; shr Rq(w), bits
+                    ; cmp Rq(l), Rq(w)
                     ; jne =>entry
-                    ; and rcx, DWORD cache.set_mask as i32
-                    ; imul rcx, rcx, row as i32
+                    ; and Rq(w), DWORD cache.set_mask as i32
+                    ; imul Rq(w), Rq(w), row as i32
                 );
             }
         }
         let tags_end = (cache.set_mask + 1) * row + cache.tags;
         if tags_end <= 1 << 31 {
-            dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx + cache.tags as i32]);
+            dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) + cache.tags as i32]);
         } else {
             let tags = self.literal(a, cache.tags);
             dynasm!(a
                 ; .arch x64
-                ; add rcx, QWORD [=>tags]
-                ; cmp rax, QWORD [rcx]
+                ; add Rq(w), QWORD [=>tags]
+                ; cmp Rq(l), QWORD [Rq(w)]
             );
         }
         dynasm!(a ; .arch x64 ; jne =>entry ; =>back);
         if live {
             restore_flags(a);
         }
-        dynasm!(a
-            ; .arch x64
-            ; gs mov rcx, QWORD [IS1]
-            ; gs mov rax, QWORD [IS0]
-        );
+        if saved[1] {
+            dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1]);
+        }
+        if saved[0] {
+            dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
+        }
         Ok(())
     }
 
@@ -941,7 +997,16 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             helper,
             after_miss,
             size,
-        } => data_slow(a, &acc, offset, cache, (helper, after_miss), size, back),
+            saved,
+        } => data_slow(
+            a,
+            &acc,
+            offset,
+            cache,
+            (helper, after_miss),
+            (size, saved),
+            back,
+        ),
         SlowKind::InlineRet { jump, fail } => inline_ret(a, &jump, back, fail),
         SlowKind::FetchScan {
             cache,
@@ -1014,24 +1079,30 @@ fn emit_slow(a: &mut Asm, s: Slow) {
     }
 }
 
-/// The out-of-line part of a data check (`SlowKind::Data`), returning to `back` with rdx
-/// restored.
+/// The out-of-line part of a data check (`SlowKind::Data`): puts every guest register the
+/// check borrowed back (the dead ones hold anything), borrows rax, rcx and rdx itself and
+/// returns to `back` with all three as the check left them.
 fn data_slow(
     a: &mut Asm,
     acc: &MemAccess,
     offset: i32,
     cache: MruCache,
     (helper, after_miss): (Helper, Option<Helper>),
-    size: u64,
+    (size, saved): (u64, [bool; 2]),
     back: DynamicLabel,
 ) {
     let ret = a.new_dynamic_label();
-    dynasm!(a
-        ; .arch x64
-        ; gs mov QWORD [IS2], rdx
-        ; gs mov rax, QWORD [IS0]
-        ; gs mov rcx, QWORD [IS1]
-    );
+    if saved[0] {
+        dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
+    } else {
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+    }
+    if saved[1] {
+        dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1]);
+    } else {
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+    }
+    dynasm!(a ; .arch x64 ; gs mov QWORD [IS2], rdx);
     // The fast path already encoded this address computation, so it cannot fail here.
     let _ = effective_address(a, acc, offset, Register::RDX, Register::RCX);
     dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rdx);
@@ -1065,7 +1136,14 @@ fn data_slow(
         dynasm!(a ; .arch x64 ; =>straddle);
     }
     helper_call(a, helper, size, ret);
-    dynasm!(a ; .arch x64 ; =>ret ; gs mov rdx, QWORD [IS2] ; jmp =>back);
+    dynasm!(a
+        ; .arch x64
+        ; =>ret
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+        ; jmp =>back
+    );
 }
 
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =

@@ -24,7 +24,8 @@ pub(crate) mod emit;
 pub mod helper;
 
 use iced_x86::{
-    Code, FlowControl, Instruction, InstructionInfoFactory, OpAccess, Register, RflagsBits,
+    Code, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, Register,
+    RflagsBits,
 };
 
 /// How an instruction touches one memory location.
@@ -559,6 +560,73 @@ pub(crate) fn flags_liveness(view: &BlockView) -> Vec<bool> {
     live
 }
 
+/// For each instruction, the general-purpose registers (bit n = register n, rax = 0 .. r15 =
+/// 15; never rsp) whose guest value is dead just before it: the instruction does not read
+/// them, and it or a later instruction of the block overwrites them before any read. Code
+/// placed before the instruction may use them as scratch without saving them.
+///
+/// Only instructions that always write their destination count as overwriting it (a
+/// whitelist: moves, loads, `lea`, `pop`, three-operand `imul`, bit counts, ...): `rdssp`, for
+/// one, leaves its destination alone without shadow stacks, and `bsf` on zero, `cmov` and
+/// `cmpxchg` may not write. A write of 8 or 16 bits keeps the rest of the register, so it is
+/// a read. Everything is live at the end of the block, around `rep` instructions and client
+/// requests, and across control flow.
+pub(crate) fn gpr_dead_before(view: &BlockView, factory: &mut InstructionInfoFactory) -> Vec<u16> {
+    const RSP: u16 = 1 << 4;
+    let n = view.insns.len();
+    let mut dead = vec![0u16; n];
+    let mut cur = 0u16; // dead after the block: none
+    for i in (0..n).rev() {
+        let v = &view.insns[i];
+        if v.rep != RepKind::None || v.client_request || v.flow != FlowKind::Next {
+            cur = 0;
+            continue;
+        }
+        let always_writes = matches!(
+            v.insn.mnemonic(),
+            Mnemonic::Mov
+                | Mnemonic::Movzx
+                | Mnemonic::Movsx
+                | Mnemonic::Movsxd
+                | Mnemonic::Lea
+                | Mnemonic::Pop
+                | Mnemonic::Imul
+                | Mnemonic::Movd
+                | Mnemonic::Movq
+                | Mnemonic::Vmovd
+                | Mnemonic::Vmovq
+                | Mnemonic::Popcnt
+                | Mnemonic::Lzcnt
+                | Mnemonic::Tzcnt
+                | Mnemonic::Shlx
+                | Mnemonic::Shrx
+                | Mnemonic::Sarx
+                | Mnemonic::Rorx
+                | Mnemonic::Andn
+                | Mnemonic::Movbe
+        );
+        let (mut read, mut killed) = (0u16, 0u16);
+        for r in factory.info(v.insn).used_registers() {
+            let reg = r.register();
+            if !reg.is_gpr() {
+                continue;
+            }
+            let bit = 1u16 << (reg.full_register() as u32 - Register::RAX as u32);
+            let full_width = reg.is_gpr64() || reg.is_gpr32();
+            // A write that may not happen (or keeps part of the register) lets the old value
+            // through: for liveness it is a read.
+            match r.access() {
+                OpAccess::Write if always_writes && full_width => killed |= bit,
+                OpAccess::None | OpAccess::NoMemAccess => {}
+                _ => read |= bit,
+            }
+        }
+        cur = ((cur | killed) & !read) & !RSP;
+        dead[i] = cur;
+    }
+    dead
+}
+
 /// Asks `tool` to instrument the decoded block and returns what to emit.
 pub(crate) fn plan_block(
     insns: &[Instruction],
@@ -575,5 +643,70 @@ pub(crate) fn plan_block(
     if !insns.is_empty() {
         tool.instrument(&view, &mut ins);
     }
-    emit::Plan::new(&view, ins)
+    let dead = if ins.ops.iter().any(|o| matches!(o, Op::Data { .. })) {
+        gpr_dead_before(&view, &mut factory)
+    } else {
+        Vec::new()
+    };
+    emit::Plan::new(&view, ins, dead)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions};
+
+    /// `gpr_dead_before` for the block `code` (decoded at 0x1000).
+    fn dead_masks(code: &[u8]) -> Vec<u16> {
+        let insns: Vec<Instruction> = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        let crs = vec![false; insns.len()];
+        let mut factory = InstructionInfoFactory::new();
+        let view = block_view(&insns, &crs, &mut factory);
+        gpr_dead_before(&view, &mut factory)
+    }
+
+    const RAX: u16 = 1;
+    const RCX: u16 = 2;
+    const RDX: u16 = 4;
+    const RBX: u16 = 8;
+
+    #[test]
+    fn a_register_is_dead_only_until_an_unconditional_full_write() {
+        // mov rax, [rbx]; mov ecx, 1; mov dl, 2; add rdx, rcx; ret
+        let d = dead_masks(&[
+            0x48, 0x8b, 0x03, 0xb9, 0x01, 0, 0, 0, 0xb2, 0x02, 0x48, 0x01, 0xca, 0xc3,
+        ]);
+        assert_eq!(d.len(), 5);
+        // Before the load: rax (overwritten by it) and rcx (by `mov ecx`) are free; rbx is
+        // the address, rdx is read after a partial write.
+        assert_eq!(d[0] & (RAX | RCX | RDX | RBX), RAX | RCX);
+        assert_eq!(d[1] & (RAX | RCX | RDX | RBX), RCX);
+        assert_eq!(d[2] & (RAX | RCX | RDX | RBX), 0);
+        // Nothing is dead at the end of the block (after `ret` anything may read).
+        assert_eq!(d[4], 0);
+        assert_eq!(d[3], 0);
+    }
+
+    #[test]
+    fn reads_conditional_writes_and_rdssp_keep_a_register_live() {
+        // mov rax, [rax]; cmovz rcx, rbx; rdsspq rdx; mov rcx, 0; mov rdx, 0; ret
+        let d = dead_masks(&[
+            0x48, 0x8b, 0x00, 0x48, 0x0f, 0x44, 0xcb, 0xf3, 0x48, 0x0f, 0x1e, 0xca, 0x48, 0xc7,
+            0xc1, 0, 0, 0, 0, 0x48, 0xc7, 0xc2, 0, 0, 0, 0, 0xc3,
+        ]);
+        assert_eq!(d.len(), 6);
+        assert_eq!(d[0] & RAX, 0, "rax is the load's address");
+        assert_eq!(d[0] & RCX, 0, "cmov may keep rcx");
+        assert_eq!(d[1] & RCX, 0, "cmov may keep rcx");
+        assert_eq!(
+            d[1] & RDX,
+            0,
+            "rdssp does not write rdx without shadow stacks"
+        );
+        assert_eq!(d[2] & RCX, RCX);
+        // rsp is never handed out.
+        assert!(d.iter().all(|m| m & (1 << 4) == 0));
+    }
 }
