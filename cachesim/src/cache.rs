@@ -27,7 +27,15 @@ use crate::raw::FlatCache;
 pub struct Cache {
     flat: FlatCache,
     geometry: CacheGeometry,
+    /// For a large tag array: a copy of each set's MRU tag (way 0), one `u64` per set, so
+    /// that the common hit in way 0 reads a small array that stays in the host's caches
+    /// instead of a row of a many-megabyte one (a 100 MiB LL has 13 MiB of tags). Empty for
+    /// small caches. Always equal to way 0 of every row.
+    mru: Box<[u64]>,
 }
+
+/// LL tag arrays above this size get the MRU copy (`Cache::mru`).
+const MRU_COPY_MIN_BYTES: u64 = 1 << 20;
 
 /// The LRU update of one set (`cachesim_setref_is_miss`). Returns `true` on a miss.
 ///
@@ -56,6 +64,19 @@ impl Cache {
 
     /// Builds an empty cache (all tags 0) after checking the geometry like Valgrind.
     pub fn new(geometry: CacheGeometry) -> Result<Cache, CheckError> {
+        Cache::with_mru_copy(geometry, false)
+    }
+
+    /// `new` for a level whose tags only this crate changes (LL: generated code updates L1
+    /// tags itself, which would leave the MRU copy stale): keeps the per-set MRU copy when
+    /// the tag array is large.
+    pub(crate) fn new_private(geometry: CacheGeometry) -> Result<Cache, CheckError> {
+        let tag_bytes = u64::from(geometry.size / geometry.line_size.max(1)) * 8;
+        Cache::with_mru_copy(geometry, tag_bytes > MRU_COPY_MIN_BYTES)
+    }
+
+    /// `new`, choosing whether to keep the per-set MRU copy (the results are the same).
+    fn with_mru_copy(geometry: CacheGeometry, mru_copy: bool) -> Result<Cache, CheckError> {
         geometry.check()?;
         let sets = u64::from(geometry.sets());
         let flat = FlatCache::new(
@@ -66,7 +87,17 @@ impl Cache {
         // check() guarantees a power-of-two set count and assoc >= 1; the only other failure
         // is an allocation size that does not fit usize, reported as the set-count error.
         .ok_or(CheckError::SetCountNotPowerOfTwo)?;
-        Ok(Cache { flat, geometry })
+        let mru = if mru_copy {
+            vec![0u64; usize::try_from(sets).map_err(|_| CheckError::SetCountNotPowerOfTwo)?]
+                .into_boxed_slice()
+        } else {
+            Box::default()
+        };
+        Ok(Cache {
+            flat,
+            geometry,
+            mru,
+        })
     }
 
     /// The geometry this cache simulates.
@@ -125,14 +156,23 @@ impl Cache {
         let line1 = addr >> bits;
         let line2 = addr.wrapping_add(size - 1) >> bits;
         let tags = self.flat.tags_mut();
+        let mru = &mut self.mru;
         let mut lookup = |line: u64| {
-            let start = ((line & set_mask) as usize).wrapping_mul(assoc);
-            match tags.get_mut(start..start.wrapping_add(assoc)) {
+            let set = (line & set_mask) as usize;
+            if mru.get(set) == Some(&line) {
+                return false;
+            }
+            let start = set.wrapping_mul(assoc);
+            let miss = match tags.get_mut(start..start.wrapping_add(assoc)) {
                 Some(row) => set_ref_is_miss(row, line),
                 // Unreachable: set <= set_mask < sets and the array has sets rows (FlatCache
                 // invariant). Reported as a miss rather than a panic.
                 None => true,
+            };
+            if let Some(m) = mru.get_mut(set) {
+                *m = line;
             }
+            miss
         };
         if line1 == line2 {
             lookup(line1)
@@ -148,6 +188,7 @@ impl Cache {
     /// Resets every tag to 0 (the start state).
     pub fn clear(&mut self) {
         self.flat.tags_mut().fill(0);
+        self.mru.fill(0);
     }
 }
 
@@ -170,6 +211,28 @@ mod tests {
             }
         }
         misses
+    }
+
+    #[test]
+    fn the_mru_copy_changes_no_result() {
+        // 16 MiB, 16-way, 64 B: big enough for `new` to keep the copy.
+        let g = CacheGeometry::new(1 << 24, 16, 64);
+        let mut with = Cache::new_private(g).expect("valid geometry");
+        assert!(!with.mru.is_empty());
+        let mut without = Cache::with_mru_copy(g, false).expect("valid geometry");
+        // Lines that share sets (stride = sets * line) and revisit each other, with straddles.
+        let mut x: u64 = 12345;
+        for _ in 0..200_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let addr = ((x >> 33) % 40) * (1 << 20) + ((x >> 20) % 4) * 64 + (x >> 60);
+            let size = 1 + (x >> 8) % 16;
+            assert_eq!(with.access(addr, size), without.access(addr, size));
+        }
+        assert_eq!(with.tags(), without.tags());
+        let ways = with.tags().chunks_exact(16).map(|row| row[0]);
+        assert!(ways.eq(with.mru.iter().copied()));
     }
 
     #[test]

@@ -93,7 +93,12 @@ impl Hierarchy {
         ll: CacheGeometry,
     ) -> Result<Box<Hierarchy>, HierarchyError> {
         let make = |level, geometry| {
-            Cache::new(geometry).map_err(|check| HierarchyError {
+            let cache = if level == CacheLevel::LL {
+                Cache::new_private(geometry)
+            } else {
+                Cache::new(geometry)
+            };
+            cache.map_err(|check| HierarchyError {
                 level,
                 geometry,
                 check,
