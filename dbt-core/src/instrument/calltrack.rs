@@ -99,6 +99,13 @@ pub struct JumpState {
     pub run_ir: AtomicU64,
     /// Frames the inline path popped (the tool finishes the pops).
     pub ret_pending: AtomicU64,
+    /// Where the tool's simulator routines count misses: the current cost centre's miss
+    /// array (`*mut u64`; 0: nowhere). The inline path stores the entered block's
+    /// `InlineRec::miss` here when `InlineJump::set_miss`.
+    pub cur_miss: AtomicU64,
+    /// Eager charging (`InlineJump::eager`): the entered blocks' further static costs, added
+    /// here like `ir` (the tool folds them back).
+    pub stat: [AtomicU64; 4],
 }
 
 impl JumpState {
@@ -126,6 +133,8 @@ impl JumpState {
             stack_base_neg: AtomicU64::new(0),
             run_ir: AtomicU64::new(0),
             ret_pending: AtomicU64::new(0),
+            cur_miss: AtomicU64::new(0),
+            stat: [const { AtomicU64::new(0) }; 4],
         }
     }
 }
@@ -137,12 +146,14 @@ impl Default for JumpState {
 }
 
 /// Per block: the key under which it may be entered inline (stored negated, as the IBL
-/// stores tags; `u64::MAX - 1` negated when never), its cost centre's counter and id.
+/// stores tags; `u64::MAX - 1` negated when never), its cost centre's counter, id and miss
+/// array.
 #[repr(C)]
 pub struct InlineRec {
     pub neg_key: AtomicU64,
     pub count: AtomicU64,
     pub bbcc: AtomicU64,
+    pub miss: AtomicU64,
 }
 
 impl InlineRec {
@@ -152,6 +163,7 @@ impl InlineRec {
             neg_key: AtomicU64::new((u64::MAX - 1).wrapping_neg()),
             count: AtomicU64::new(0),
             bbcc: AtomicU64::new(0),
+            miss: AtomicU64::new(0),
         }
     }
 }
@@ -184,6 +196,12 @@ pub struct InlineJump {
     pub addr: u64,
     pub ends_ret: bool,
     pub frame: FrameLayout,
+    /// Eager charging (Callgrind with cache simulation): the entered block is charged when
+    /// it is entered (its counter, `ir` and these further static costs into
+    /// `JumpState::stat`) instead of the previous one; the return case is not used.
+    pub eager: Option<[u32; 4]>,
+    /// Store the entered block's miss array in `JumpState::cur_miss`.
+    pub set_miss: bool,
 }
 
 /// Where the return case finds what it reads in the tool's shadow-stack frames (byte

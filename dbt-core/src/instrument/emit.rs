@@ -934,16 +934,56 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
     let prev_ret = offset_of!(S, prev_ret) as i32;
     let rcount = offset_of!(super::calltrack::InlineRec, count) as i32;
     let rbbcc = offset_of!(super::calltrack::InlineRec, bbcc) as i32;
+    let rmiss = offset_of!(super::calltrack::InlineRec, miss) as i32;
+    let cur_miss = offset_of!(S, cur_miss) as i32;
+    let stat = offset_of!(S, stat) as i32;
+    if let Some(more) = j.eager {
+        // Charge the block being entered.
+        dynasm!(a
+            ; .arch x64
+            ; mov rax, QWORD rec
+            ; mov rcx, QWORD [rax + rcount]
+            ; mov rax, QWORD [rcx]
+            ; lea rax, [rax + 1]
+            ; mov QWORD [rcx], rax
+            ; mov rax, QWORD [rdx + ir]
+            ; lea rax, [rax + j.ir as i32]
+            ; mov QWORD [rdx + ir], rax
+        );
+        for (k, &n) in more.iter().enumerate() {
+            if n != 0 {
+                let at = stat + 8 * k as i32;
+                dynasm!(a
+                    ; .arch x64
+                    ; mov rax, QWORD [rdx + at]
+                    ; lea rax, [rax + n as i32]
+                    ; mov QWORD [rdx + at], rax
+                );
+            }
+        }
+    } else {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rdx + lcount]
+            ; mov rax, QWORD [rcx]
+            ; lea rax, [rax + 1]
+            ; mov QWORD [rcx], rax
+            ; mov rax, QWORD [rdx + ir]
+            ; mov rcx, QWORD [rdx + lir]
+            ; lea rax, [rax + rcx]
+            ; mov QWORD [rdx + ir], rax
+        );
+    }
+    if j.set_miss {
+        dynasm!(a
+            ; .arch x64
+            ; mov rax, QWORD rec
+            ; mov rcx, QWORD [rax + rmiss]
+            ; mov QWORD [rdx + cur_miss], rcx
+        );
+    }
     dynasm!(a
         ; .arch x64
-        ; mov rcx, QWORD [rdx + lcount]
-        ; mov rax, QWORD [rcx]
-        ; lea rax, [rax + 1]
-        ; mov QWORD [rcx], rax
-        ; mov rax, QWORD [rdx + ir]
-        ; mov rcx, QWORD [rdx + lir]
-        ; lea rax, [rax + rcx]
-        ; mov QWORD [rdx + ir], rax
         ; mov rax, QWORD [rdx + bbs]
         ; lea rax, [rax + 1]
         ; mov QWORD [rdx + bbs], rax
@@ -955,7 +995,7 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
         ; mov rcx, QWORD j.bb as i64
         ; mov QWORD [rdx + lbb], rcx
         ; mov QWORD [rdx + lir], j.ir as i32
-        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret)
+        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret || j.eager.is_some())
     );
 }
 

@@ -66,7 +66,7 @@ static RT: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
 static BP: AtomicPtr<BranchPredictor> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Miss slots (see [`runtime::CUR_BASE`]); an LL miss slot is its L1 slot + 3.
+/// Miss slots (see [`runtime::CUR_STRIDE`]); an LL miss slot is its L1 slot + 3.
 const SLOT_I1MR: u64 = 0;
 const SLOT_D1MR: u64 = 1;
 const SLOT_D1MW: u64 = 2;
@@ -345,8 +345,10 @@ impl Callgrind {
         rt.collect_jumps = opts.collect_jumps;
         rt.separate_threads = opts.separate_threads;
         rt.set_dump_every(opts.dump_every_bb);
+        // Branch simulation alone charges lazily with more than Ir, which the inline path
+        // does not carry; with cache simulation it charges the entered block (eagerly).
         rt.inline_jumps =
-            !opts.cache_sim && !opts.branch_sim && !opts.collect_jumps && opts.dump_every_bb == 0;
+            (opts.cache_sim || !opts.branch_sim) && !opts.collect_jumps && opts.dump_every_bb == 0;
         let branch_slot = opts
             .branch_sim
             .then(|| rt.miss_events.iter().position(|&e| e == "Bcm"))
@@ -996,6 +998,17 @@ impl Tool for Callgrind {
                 addr: bb.addr,
                 ends_ret: bb.plain_ret(),
                 frame: runtime::frame_layout(),
+                eager: self.runtime().filter(|rt| rt.eager).map(|rt| {
+                    let n = rt.n_cost.min(N_STATIC);
+                    let mut more = [0u32; 4];
+                    for (k, m) in more.iter_mut().enumerate() {
+                        if R_IR + 1 + k < n {
+                            *m = bb.stat[R_IR + 1 + k] as u32;
+                        }
+                    }
+                    more
+                }),
+                set_miss: self.runtime().is_some_and(|rt| rt.miss_slots != 0),
             };
             ins.call_with_fallback_inline(0, fast, slow, CallArg::Sp, jumps, jump);
         } else {

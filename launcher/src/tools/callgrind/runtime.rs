@@ -17,7 +17,7 @@
 //! * Hits cost nothing at run time: Ir, Dr, Dw, Bc and Bi of a cost centre follow from its
 //!   execution count and what each instruction statically does ([`InsnStat`]); only misses
 //!   and mispredicts are counted by the simulator helpers, into the current cost centre's
-//!   per-instruction array ([`Bbcc::miss`], found through [`CUR_BASE`]) and into the thread's
+//!   per-instruction array ([`Bbcc::miss`], found through `JUMP.cur_miss`, see [`CUR_STRIDE`]) and into the thread's
 //!   running cost ([`ThreadState::run`], through [`CUR_THREAD`]).
 //! * Contexts, cost centres and arcs are numbered in creation order (Callgrind's ids follow).
 //! * [`Runtime::setup_fast`] is an exact shortcut of [`Runtime::setup`] for the common case
@@ -67,26 +67,32 @@ pub const R_MISS: usize = 5;
 pub const N_STATIC: usize = 5;
 
 /// Where the simulator helpers add a miss of instruction `i`, slot `s` (encoded in their
-/// first argument as `i << 8 | s`): `CUR_BASE + i * CUR_STRIDE + s` (the current cost
-/// centre's [`Bbcc::miss`], or a skipped-function sink with stride 0; null: not collecting),
-/// and `CUR_THREAD + s` (the running thread's [`ThreadState::run`] from [`R_MISS`]).
-/// Written by `setup` (guest threads run one at a time), read by the helpers.
-pub static CUR_BASE: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
+/// first argument as `i << 8 | s`): `base + i * CUR_STRIDE + s`, where `base` is
+/// `JUMP.cur_miss` (the current cost centre's [`Bbcc::miss`], or a skipped-function sink
+/// with stride 0; null: not collecting; see [`set_cur_miss`]), and `CUR_THREAD + s` (the
+/// running thread's [`ThreadState::run`] from [`R_MISS`]). Written by `setup` and the inline
+/// jump path (guest threads run one at a time), read by the helpers.
 pub static CUR_STRIDE: AtomicU64 = AtomicU64::new(0);
 pub static CUR_THREAD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Adds one to miss slot `slot` of instruction `idx` (see [`CUR_BASE`]), and to slot
+/// Points the simulator helpers at miss array `base` (see [`CUR_STRIDE`]).
+#[inline(always)]
+fn set_cur_miss(base: *mut u64) {
+    JUMP.cur_miss.store(base as u64, Ordering::Relaxed);
+}
+
+/// Adds one to miss slot `slot` of instruction `idx` (see [`CUR_STRIDE`]), and to slot
 /// `slot + 3` too when `ll` (the LL miss that follows an L1 miss). Integer-only.
 #[inline(always)]
 pub fn add_miss(arg: u64, ll: bool) {
-    let base = CUR_BASE.load(Ordering::Relaxed);
+    let base = JUMP.cur_miss.load(Ordering::Relaxed) as *mut u64;
     if base.is_null() {
         return;
     }
     let (idx, slot) = (arg >> 8, (arg & 0xff) as usize);
     let off = (idx.wrapping_mul(CUR_STRIDE.load(Ordering::Relaxed)) as usize).wrapping_add(slot);
     let th = CUR_THREAD.load(Ordering::Relaxed);
-    // SAFETY: `CUR_BASE`/`CUR_THREAD` point into a boxed cost centre's miss array (which has
+    // SAFETY: `JUMP.cur_miss`/`CUR_THREAD` point into a boxed cost centre's miss array (which has
     // `n_insns * stride` slots, `idx < n_insns`, `slot (+3) < stride`) or a skipped-cost sink
     // (stride 0, `RUN - R_MISS` slots) and a boxed thread's running cost; the arrays are
     // never freed and only the running guest thread's helpers touch them.
@@ -710,6 +716,9 @@ impl Runtime {
             .count
             .store(&mut c.count as *mut u64 as u64, Ordering::Relaxed);
         bb.jrec.bbcc.store(u64::from(b), Ordering::Relaxed);
+        bb.jrec
+            .miss
+            .store(bb.fast_miss.get() as u64, Ordering::Relaxed);
         bb.jrec.neg_key.store(ik.wrapping_neg(), Ordering::Relaxed);
         b
     }
@@ -793,7 +802,7 @@ impl Runtime {
     }
 
     /// Points the simulator helpers at the thread's current cost centre (or the skipped
-    /// sink, or nowhere when not collecting). See [`CUR_BASE`].
+    /// sink, or nowhere when not collecting). See [`CUR_STRIDE`].
     fn set_cur(&mut self, t: &mut ThreadState) {
         if self.miss_slots == 0 {
             return;
@@ -805,7 +814,7 @@ impl Runtime {
             (true, None, Some(b)) => (Self::miss_ptr(&mut self.bbccs[b as usize]), self.miss_slots),
             (true, None, None) => (core::ptr::null_mut(), 0),
         };
-        CUR_BASE.store(base, Ordering::Relaxed);
+        set_cur_miss(base);
         CUR_STRIDE.store(stride as u64, Ordering::Relaxed);
     }
 
@@ -1055,7 +1064,7 @@ impl Runtime {
             } else {
                 core::ptr::null_mut()
             };
-            CUR_BASE.store(base, Ordering::Relaxed);
+            set_cur_miss(base);
             CUR_STRIDE.store(self.miss_slots as u64, Ordering::Relaxed);
         }
     }
@@ -1379,7 +1388,7 @@ impl Runtime {
                 } else {
                     core::ptr::null_mut()
                 };
-                CUR_BASE.store(base, Ordering::Relaxed);
+                set_cur_miss(base);
                 CUR_STRIDE.store(0, Ordering::Relaxed);
             }
         }
@@ -1795,6 +1804,17 @@ impl Runtime {
         self.bb_executions = self.bb_executions.wrapping_add(n);
         let ir = JUMP.ir.load(Ordering::Relaxed);
         JUMP.ir.store(0, Ordering::Relaxed);
+        if self.eager {
+            for (k, d) in JUMP.stat.iter().enumerate() {
+                let v = d.load(Ordering::Relaxed);
+                d.store(0, Ordering::Relaxed);
+                if let Some(r) = t.run.get_mut(R_IR + 1 + k) {
+                    // SAFETY: a plain write to the thread's own field (volatile: no vector
+                    // code in the fast path).
+                    unsafe { core::ptr::write_volatile(r, r.wrapping_add(v)) };
+                }
+            }
+        }
         // SAFETY: plain writes to the thread's own fields (volatile: no vector code in the
         // fast path).
         unsafe {
@@ -1848,7 +1868,10 @@ impl Runtime {
         let f = &t.fast;
         let top_ok = f.top_sp == u64::MAX || f.top_sp <= i64::MAX as u64;
         let mut expect = None;
-        if !f.last_bb.is_null() && t.collect && top_ok {
+        // With simulation the inline path also points the helpers at the new cost centre,
+        // which the stride of a skipped-function sink (0) would not fit.
+        let sim_ok = self.miss_slots == 0 || t.nonskipped.is_none();
+        if !f.last_bb.is_null() && t.collect && top_ok && sim_ok {
             // SAFETY: a leaked BlockInfo.
             let lbb = unsafe { &*f.last_bb };
             if lbb.plain_exit {
@@ -1869,7 +1892,7 @@ impl Runtime {
         if !f.last_bb.is_null() {
             // SAFETY: a leaked BlockInfo.
             let lbb = unsafe { &*f.last_bb };
-            if lbb.plain_ret() {
+            if lbb.plain_ret() && !self.eager {
                 prev_ret = 0;
             }
         }
@@ -1878,7 +1901,10 @@ impl Runtime {
             .store(core::ptr::addr_of!(t.run[R_IR]) as u64, Ordering::Relaxed);
         // The frames, as the fast paths planned their returns (taken only while collecting
         // and outside skipped functions).
-        let (frame, base) = match (t.stack.len().checked_sub(1), t.collect && top_ok) {
+        let (frame, base) = match (
+            t.stack.len().checked_sub(1),
+            t.collect && top_ok && !self.eager,
+        ) {
             (Some(top), true) if t.nonskipped.is_none() => {
                 let base = t.stack.as_ptr();
                 (base.wrapping_add(top) as u64, base as u64)
@@ -2555,6 +2581,28 @@ mod tests {
         rt.toggle_collect(t);
         rt.inline_push(t, 7);
         assert_eq!(JUMP.expect.load(Ordering::Relaxed), u64::MAX);
+        // Eager charging (cache simulation): the entered blocks' Dr/Dw/Bc/Bi deltas fold
+        // into the running cost with their Ir, and the return case stays off.
+        rt.toggle_collect(t);
+        rt.set_simulation(true, false);
+        assert!(rt.eager);
+        let before = (t.run[R_IR], t.run[R_DR], t.run[R_DW]);
+        JUMP.bbs.store(2, Ordering::Relaxed);
+        JUMP.ir.store(4, Ordering::Relaxed);
+        JUMP.stat[0].store(3, Ordering::Relaxed);
+        JUMP.stat[1].store(1, Ordering::Relaxed);
+        rt.inline_pull(t);
+        assert_eq!(
+            (t.run[R_IR], t.run[R_DR], t.run[R_DW]),
+            (before.0 + 4, before.1 + 3, before.2 + 1)
+        );
+        assert_eq!(JUMP.stat[0].load(Ordering::Relaxed), 0);
+        rt.inline_push(t, 7);
+        assert_eq!(JUMP.prev_ret.load(Ordering::Relaxed), 1);
+        assert_eq!(
+            JUMP.ret_frame.load(Ordering::Relaxed),
+            EMPTY_FRAME.as_ptr() as u64
+        );
     }
 
     #[test]
