@@ -284,7 +284,7 @@ impl Plan {
                         a.new_dynamic_label(),
                         a.new_dynamic_label(),
                     );
-                    inline_jump(a, &jump, done, try_ret, fail);
+                    inline_jump(a, &jump, (done, try_ret, fail), !self.live[i]);
                     // The return case is rarer: out of line, after the block.
                     self.slow.push(Slow {
                         entry: try_ret,
@@ -725,10 +725,68 @@ impl Plan {
 fn inline_jump(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
-    done: DynamicLabel,
+    (done, try_ret, fail): (DynamicLabel, DynamicLabel, DynamicLabel),
+    flags_dead: bool,
+) {
+    use super::calltrack::JumpState as S;
+    use core::mem::offset_of;
+    let st = j.state as *const S as i64;
+    let rec = j.rec as *const super::calltrack::InlineRec as i64;
+    let expect = offset_of!(S, expect) as i32;
+    let owner = offset_of!(S, owner_neg) as i32;
+    let top = offset_of!(S, top_sp) as i32;
+    let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
+    if flags_dead {
+        // The same checks with compares (the flags are dead at the block's start).
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS0], rax
+            ; gs mov QWORD [IS1], rcx
+            ; gs mov QWORD [IS2], rdx
+            ; mov rdx, QWORD st
+            ; gs mov rcx, QWORD [OFF_SELF as i32]
+            ; add rcx, QWORD [rdx + owner]
+            ; jnz =>fail
+            ; mov rcx, QWORD [rdx + expect]
+            ; mov rax, QWORD rec
+            ; add rcx, QWORD [rax + negk]
+            ; jnz =>try_ret
+            ; cmp rsp, QWORD [rdx + top]
+            ; ja =>fail
+        );
+    } else {
+        inline_jump_checks_flag_free(a, j, try_ret, fail);
+    }
+    enter_inline(a, j, rec, flags_dead);
+    if !j.ends_plain {
+        dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
+    }
+    dynasm!(a
+        ; .arch x64
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+        ; jmp =>done
+        ; =>fail
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+    );
+}
+
+/// `inline_jump`'s checks without touching the flags (`lea`, `jrcxz`, `bswap`/`movzx` and a
+/// sign table instead of compares).
+fn inline_jump_checks_flag_free(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
     try_ret: DynamicLabel,
     fail: DynamicLabel,
 ) {
+    let (ok1, ok2, ok3) = (
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+    );
     use super::calltrack::JumpState as S;
     use core::mem::offset_of;
     let st = j.state as *const S as i64;
@@ -738,11 +796,6 @@ fn inline_jump(
     let top = offset_of!(S, top_sp) as i32;
     let sign = offset_of!(S, sign) as i32;
     let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
-    let (ok1, ok2, ok3) = (
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-    );
     dynasm!(a
         ; .arch x64
         ; gs mov QWORD [IS0], rax
@@ -781,21 +834,6 @@ fn inline_jump(
         ; jrcxz =>ok3
         ; jmp =>fail
         ; =>ok3
-    );
-    enter_inline(a, j, rec);
-    if !j.ends_plain {
-        dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
-    }
-    dynasm!(a
-        ; .arch x64
-        ; gs mov rdx, QWORD [IS2]
-        ; gs mov rcx, QWORD [IS1]
-        ; gs mov rax, QWORD [IS0]
-        ; jmp =>done
-        ; =>fail
-        ; gs mov rdx, QWORD [IS2]
-        ; gs mov rcx, QWORD [IS1]
-        ; gs mov rax, QWORD [IS0]
     );
 }
 
@@ -866,7 +904,7 @@ fn inline_ret(
         ; jmp =>fail
         ; ret_ok:
     );
-    enter_inline(a, j, rec);
+    enter_inline(a, j, rec, false);
     dynasm!(a
         ; .arch x64
         // The arc's inclusive Ir += running Ir (+ the inline delta) - Ir at entry.
@@ -922,7 +960,7 @@ fn inline_ret(
 /// The part of the inline path both cases share (rdx = the state, rax and rcx free): charge
 /// the previous block (its counter, the running Ir, one block) and make this block the last
 /// one, noting whether it ends in a `ret` the next block may take inline.
-fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
+fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_dead: bool) {
     use super::calltrack::JumpState as S;
     use core::mem::offset_of;
     let lcount = offset_of!(S, last_count) as i32;
@@ -937,6 +975,9 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
     let rmiss = offset_of!(super::calltrack::InlineRec, miss) as i32;
     let cur_miss = offset_of!(S, cur_miss) as i32;
     let stat = offset_of!(S, stat) as i32;
+    if flags_dead {
+        return enter_inline_with_flags(a, j, rec);
+    }
     if let Some(more) = j.eager {
         // Charge the block being entered.
         dynasm!(a
@@ -1117,6 +1158,73 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             dynasm!(a ; .arch x64 ; jmp =>back);
         }
     }
+}
+
+/// `enter_inline` where the flags are dead: the same stores, with `inc`/`add` to memory.
+fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
+    use super::calltrack::{InlineRec as R, JumpState as S};
+    use core::mem::offset_of;
+    let (lcount, lir, lbb) = (
+        offset_of!(S, last_count) as i32,
+        offset_of!(S, last_ir) as i32,
+        offset_of!(S, last_bb) as i32,
+    );
+    let (lbbcc, ir, bbs) = (
+        offset_of!(S, last_bbcc) as i32,
+        offset_of!(S, ir) as i32,
+        offset_of!(S, bbs) as i32,
+    );
+    let (prev_ret, cur_miss, stat) = (
+        offset_of!(S, prev_ret) as i32,
+        offset_of!(S, cur_miss) as i32,
+        offset_of!(S, stat) as i32,
+    );
+    let (rcount, rbbcc, rmiss) = (
+        offset_of!(R, count) as i32,
+        offset_of!(R, bbcc) as i32,
+        offset_of!(R, miss) as i32,
+    );
+    dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
+    if let Some(more) = j.eager {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rax + rcount]
+            ; inc QWORD [rcx]
+            ; add QWORD [rdx + ir], j.ir as i32
+        );
+        for (k, &n) in more.iter().enumerate() {
+            if n != 0 {
+                dynasm!(a ; .arch x64 ; add QWORD [rdx + stat + 8 * k as i32], n as i32);
+            }
+        }
+    } else {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rdx + lcount]
+            ; inc QWORD [rcx]
+            ; mov rcx, QWORD [rdx + lir]
+            ; add QWORD [rdx + ir], rcx
+        );
+    }
+    if j.set_miss {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rax + rmiss]
+            ; mov QWORD [rdx + cur_miss], rcx
+        );
+    }
+    dynasm!(a
+        ; .arch x64
+        ; inc QWORD [rdx + bbs]
+        ; mov rcx, QWORD [rax + rcount]
+        ; mov QWORD [rdx + lcount], rcx
+        ; mov rcx, QWORD [rax + rbbcc]
+        ; mov QWORD [rdx + lbbcc], rcx
+        ; mov rcx, QWORD j.bb as i64
+        ; mov QWORD [rdx + lbb], rcx
+        ; mov QWORD [rdx + lir], j.ir as i32
+        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret || j.eager.is_some())
+    );
 }
 
 /// The out-of-line part of a data check (`SlowKind::Data`): puts every guest register the
