@@ -85,8 +85,6 @@ pub struct JumpState {
     pub ir: AtomicU64,
     /// Blocks entered by the inline path since the tool last looked.
     pub bbs: AtomicU64,
-    /// `sign[b] = b >> 7`: the sign of a value from its top byte, without flags.
-    pub sign: [u8; 256],
     // The return case (see `InlineJump`): a `ret` popping the top shadow-stack frame, read
     // from the tool's frame (layout in `FrameLayout`).
     /// 0 when the previous block ended in a `ret` the inline path may take, else 1.
@@ -111,12 +109,6 @@ pub struct JumpState {
 impl JumpState {
     /// An empty state: `expect` is `u64::MAX`, so no inline path is taken.
     pub const fn new() -> JumpState {
-        let mut sign = [0u8; 256];
-        let mut b = 128;
-        while b < 256 {
-            sign[b] = 1;
-            b += 1;
-        }
         JumpState {
             expect: AtomicU64::new(u64::MAX),
             owner_neg: AtomicU64::new(0),
@@ -127,7 +119,6 @@ impl JumpState {
             last_bbcc: AtomicU64::new(0),
             ir: AtomicU64::new(0),
             bbs: AtomicU64::new(0),
-            sign,
             prev_ret: AtomicU64::new(1),
             ret_frame: AtomicU64::new(0),
             stack_base_neg: AtomicU64::new(0),

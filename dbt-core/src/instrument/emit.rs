@@ -14,9 +14,8 @@
 //!   `cachesim`'s `Cache::access` does for a single-line access (`l1_scan`), so the state
 //!   stays Valgrind's whichever path an access takes.
 //!
-//! * Callgrind's inline plain-jump path (`inline_jump`) is flag-free (`lea`, `jrcxz`,
-//!   `bswap`/`movzx` and a sign table instead of compares) and leaves rax, rcx, rdx as they
-//!   were on both of its ways out.
+//! * Callgrind's inline plain-jump path (`inline_jump`) leaves rax, rcx, rdx and live flags
+//!   as they were on all of its ways out (its return case, `inline_ret`, is flag-free).
 //!
 //! Deliberately not done: merging adjacent checks (each request is emitted on its own).
 use super::{BlockView, CallArg, DataRef, Helper, MemAccess, MruCache, Op};
@@ -719,9 +718,9 @@ impl Plan {
     }
 }
 
-/// Callgrind (clginline): the plain-jump case of the block-start routine, flag-free (see
+/// Callgrind (clginline): the plain-jump case of the block-start routine (see
 /// `calltrack::JumpState`). Goes to `done` when it applied; otherwise falls through with
-/// every register as it was (the calls follow). Borrows rax, rcx, rdx.
+/// every register and the flags as they were (the calls follow). Borrows rax, rcx, rdx.
 fn inline_jump(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
@@ -736,30 +735,39 @@ fn inline_jump(
     let owner = offset_of!(S, owner_neg) as i32;
     let top = offset_of!(S, top_sp) as i32;
     let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
-    if flags_dead {
-        // The same checks with compares (the flags are dead at the block's start).
-        dynasm!(a
-            ; .arch x64
-            ; gs mov QWORD [IS0], rax
-            ; gs mov QWORD [IS1], rcx
-            ; gs mov QWORD [IS2], rdx
-            ; mov rdx, QWORD st
-            ; gs mov rcx, QWORD [OFF_SELF as i32]
-            ; add rcx, QWORD [rdx + owner]
-            ; jnz =>fail
-            ; mov rcx, QWORD [rdx + expect]
-            ; mov rax, QWORD rec
-            ; add rcx, QWORD [rax + negk]
-            ; jnz =>try_ret
-            ; cmp rsp, QWORD [rdx + top]
-            ; ja =>fail
-        );
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS0], rax
+        ; gs mov QWORD [IS1], rcx
+        ; gs mov QWORD [IS2], rdx
+    );
+    // Live flags are kept in `gs:[instr_flags]` around the compares; every way out puts
+    // them back (the return case and the calls after `fail` touch no flags).
+    let (try_ret_here, fail_here) = if flags_dead {
+        (try_ret, fail)
     } else {
-        inline_jump_checks_flag_free(a, j, try_ret, fail);
-    }
-    enter_inline(a, j, rec, flags_dead);
+        save_flags(a);
+        (a.new_dynamic_label(), a.new_dynamic_label())
+    };
+    dynasm!(a
+        ; .arch x64
+        ; mov rdx, QWORD st
+        ; gs mov rcx, QWORD [OFF_SELF as i32]
+        ; add rcx, QWORD [rdx + owner]
+        ; jnz =>fail_here
+        ; mov rcx, QWORD [rdx + expect]
+        ; mov rax, QWORD rec
+        ; add rcx, QWORD [rax + negk]
+        ; jnz =>try_ret_here
+        ; cmp rsp, QWORD [rdx + top]
+        ; ja =>fail_here
+    );
+    enter_inline(a, j, rec, true);
     if !j.ends_plain {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
+    }
+    if !flags_dead {
+        restore_flags(a);
     }
     dynasm!(a
         ; .arch x64
@@ -767,73 +775,19 @@ fn inline_jump(
         ; gs mov rcx, QWORD [IS1]
         ; gs mov rax, QWORD [IS0]
         ; jmp =>done
+    );
+    if !flags_dead {
+        dynasm!(a ; .arch x64 ; =>try_ret_here);
+        restore_flags(a);
+        dynasm!(a ; .arch x64 ; jmp =>try_ret ; =>fail_here);
+        restore_flags(a);
+    }
+    dynasm!(a
+        ; .arch x64
         ; =>fail
         ; gs mov rdx, QWORD [IS2]
         ; gs mov rcx, QWORD [IS1]
         ; gs mov rax, QWORD [IS0]
-    );
-}
-
-/// `inline_jump`'s checks without touching the flags (`lea`, `jrcxz`, `bswap`/`movzx` and a
-/// sign table instead of compares).
-fn inline_jump_checks_flag_free(
-    a: &mut Asm,
-    j: &super::calltrack::InlineJump,
-    try_ret: DynamicLabel,
-    fail: DynamicLabel,
-) {
-    let (ok1, ok2, ok3) = (
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-    );
-    use super::calltrack::JumpState as S;
-    use core::mem::offset_of;
-    let st = j.state as *const S as i64;
-    let rec = j.rec as *const super::calltrack::InlineRec as i64;
-    let expect = offset_of!(S, expect) as i32;
-    let owner = offset_of!(S, owner_neg) as i32;
-    let top = offset_of!(S, top_sp) as i32;
-    let sign = offset_of!(S, sign) as i32;
-    let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
-    dynasm!(a
-        ; .arch x64
-        ; gs mov QWORD [IS0], rax
-        ; gs mov QWORD [IS1], rcx
-        ; gs mov QWORD [IS2], rdx
-        ; mov rdx, QWORD st
-        // The state belongs to this thread: self + (-owner) == 0.
-        ; gs mov rcx, QWORD [OFF_SELF as i32]
-        ; mov rax, QWORD [rdx + owner]
-        ; lea rcx, [rcx + rax]
-        ; jrcxz =>ok1
-        ; jmp =>fail
-        ; =>ok1
-        // The key: expect + (-key) == 0.
-        ; mov rcx, QWORD [rdx + expect]
-        ; mov rax, QWORD rec
-        ; mov rax, QWORD [rax + negk]
-        ; lea rcx, [rcx + rax]
-        ; jrcxz =>ok2
-        ; jmp =>try_ret
-        ; =>ok2
-        // No frame to unwind: rsp <= top_sp (top_sp < 2^63), i.e. the sign bits of rsp and
-        // of top_sp - rsp are both 0 (the top byte's sign through the table).
-        ; mov rax, rsp
-        ; not rax
-        ; mov rcx, QWORD [rdx + top]
-        ; lea rax, [rax + rcx + 1]
-        ; bswap rax
-        ; movzx eax, al
-        ; movzx eax, BYTE [rdx + rax + sign]
-        ; mov rcx, rsp
-        ; bswap rcx
-        ; movzx ecx, cl
-        ; movzx ecx, BYTE [rdx + rcx + sign]
-        ; lea rcx, [rcx + rax]
-        ; jrcxz =>ok3
-        ; jmp =>fail
-        ; =>ok3
     );
 }
 
