@@ -76,9 +76,7 @@ enum SlowKind {
     /// Call `helper` for the whole access.
     Call {
         helper: Helper,
-        /// `Some(addr)`: argument 1 is this constant; `None`: already in
-        /// `gs:[helper_args + 8]`.
-        arg1: Option<u64>,
+        arg1: u64,
         arg2: u64,
     },
     /// `kind` with guest rax and rcx saved first (`gs:[instr_scratch]`) and restored on the
@@ -480,7 +478,7 @@ impl Plan {
             },
             None => SlowKind::Call {
                 helper,
-                arg1: Some(addr),
+                arg1: addr,
                 arg2: len,
             },
         };
@@ -528,7 +526,7 @@ impl Plan {
                 ; jrcxz =>back
             );
         }
-        // Two lines: never a plain MRU hit; the inline lookup checks both.
+        // Not an MRU hit, or two lines (never one): the slow path looks further.
         dynasm!(a ; .arch x64 ; jmp =>entry);
         self.slow.push(Slow { entry, back, kind });
         dynasm!(a ; .arch x64 ; =>back ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
@@ -1020,9 +1018,7 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             );
         }
         SlowKind::Call { helper, arg1, arg2 } => {
-            if let Some(v) = arg1 {
-                dynasm!(a ; .arch x64 ; mov rax, QWORD v as i64 ; gs mov QWORD [ARG1], rax);
-            }
+            dynasm!(a ; .arch x64 ; mov rax, QWORD arg1 as i64 ; gs mov QWORD [ARG1], rax);
             helper_call(a, helper, arg2, back);
         }
         SlowKind::Data {
