@@ -138,6 +138,9 @@ pub struct ThreadContext {
     pub helper_fn: u64,
     pub helper_args: [u64; 3],
     pub helper_ret: u64,
+    /// Where `rgrind_helper_step` resumes: the helper's real return address, when a signal
+    /// that arrived during the helper redirected `helper_ret` (`signal::step_after_helper`).
+    pub helper_step_resume: u64,
     pub instr_flags: u64,
     pub instr_scratch: [u64; 6],
     /// XSAVE image of the guest's x87/SSE/AVX/AVX-512 state while outside translated code.
@@ -166,6 +169,8 @@ pub const OFF_HELPER_SAVED_RSP: usize = offset_of!(ThreadContext, helper_saved_r
 pub const OFF_HELPER_FN: usize = offset_of!(ThreadContext, helper_fn);
 pub const OFF_HELPER_ARGS: usize = offset_of!(ThreadContext, helper_args);
 pub const OFF_HELPER_RET: usize = offset_of!(ThreadContext, helper_ret);
+pub const OFF_HELPER_STEP_RESUME: usize = offset_of!(ThreadContext, helper_step_resume);
+pub const OFF_STEPPING: usize = offset_of!(ThreadContext, stepping);
 pub const OFF_INSTR_FLAGS: usize = offset_of!(ThreadContext, instr_flags);
 pub const OFF_INSTR_SCRATCH: usize = offset_of!(ThreadContext, instr_scratch);
 pub const OFF_XSAVE: usize = offset_of!(ThreadContext, xsave_area);

@@ -9,7 +9,9 @@
 //!    block (where host state is exactly guest state and no cost has been counted for the block
 //!    yet) it points the interrupted context at `rgrind_exit_signal`; elsewhere it sets the trap
 //!    flag and looks again after the next host instruction. A synchronous fault is taken out at
-//!    the faulting instruction itself.
+//!    the faulting instruction itself. If the thread was inside a helper routine called from
+//!    translated code, the helper returns through `rgrind_helper_step`, which sets the trap
+//!    flag on the way back (`instrument::helper::step_after_helper`).
 //! 3. The dispatcher (`deliver_pending`) builds the frame and continues at the guest handler, or
 //!    carries out the default action (writing the profile before a fatal one).
 //!
@@ -287,6 +289,9 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
     }
     if in_cache || crate::dispatch::in_enter(pc) {
         step_towards_boundary(ctx, uc, pc, in_cache);
+    } else if sig != YIELD {
+        let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as u64;
+        crate::instrument::helper::step_after_helper(ctx, pc, sp);
     }
 }
 
@@ -308,8 +313,9 @@ fn step_towards_boundary(
         }
         ctx.stepping = 1;
         *flags |= TF as i64;
-    } else if crate::dispatch::in_enter(pc) {
-        // Loading guest state: step on into the block start.
+    } else if crate::dispatch::in_enter(pc) || crate::instrument::helper::is_helper_step_jmp(pc) {
+        // Loading guest state, or returning from a helper (`step_after_helper`): step on into
+        // the block.
         ctx.stepping = 1;
         *flags |= TF as i64;
     } else {

@@ -192,7 +192,34 @@ core::arch::global_asm!(
     ret = const OFF_HELPER_RET,
 );
 
+// Where a helper returns to when an asynchronous signal arrived while it ran
+// (`signal::step_after_helper` points `gs:[helper_ret]` here): with every guest register
+// back and the guest stack in rsp, it sets the trap flag (through the helper stack, never
+// the guest's) and jumps to the real return address, so that the single-stepping towards
+// the next block start goes on in translated code. `rgrind_helper_step_jmp` is where the
+// first trap lands (after the `mov` that follows `popfq`); the handler steps on from there.
+core::arch::global_asm!(
+    ".globl rgrind_helper_step",
+    ".globl rgrind_helper_step_jmp",
+    "rgrind_helper_step:",
+    "mov gs:[{saved_rsp}], rsp",
+    "mov rsp, gs:[{stack}]",
+    "pushfq",
+    "or qword ptr [rsp], 0x100",
+    "mov qword ptr gs:[{stepping}], 1",
+    "popfq",
+    "mov rsp, gs:[{saved_rsp}]",
+    "rgrind_helper_step_jmp:",
+    "jmp qword ptr gs:[{resume}]",
+    saved_rsp = const OFF_HELPER_SAVED_RSP,
+    stack = const OFF_HELPER_STACK,
+    stepping = const OFF_STEPPING,
+    resume = const OFF_HELPER_STEP_RESUME,
+);
+
 extern "C" {
+    fn rgrind_helper_step();
+    fn rgrind_helper_step_jmp();
     fn rgrind_helper_call();
     fn rgrind_helper_call_xsavec();
     fn rgrind_helper_call_avx();
@@ -237,6 +264,28 @@ pub fn init_context(ctx: &mut ThreadContext) -> bool {
     };
     ctx.helper_tramp_int = rgrind_helper_call_int as *const () as usize as u64;
     true
+}
+
+/// For an asynchronous signal that arrived at host `pc` with host stack pointer `sp` outside
+/// translated code: if the thread is inside a helper (`sp` on its helper stack), makes the
+/// helper return through `rgrind_helper_step`, which single-steps on into translated code
+/// (without it the signal would wait for the next dispatcher entry, which a chained loop may
+/// not reach for a long time). Returns whether it did.
+pub fn step_after_helper(ctx: &mut ThreadContext, pc: u64, sp: u64) -> bool {
+    let stub = rgrind_helper_step as *const () as usize as u64;
+    let top = ctx.helper_stack;
+    let on_helper_stack = top != 0 && sp <= top && sp > top - HELPER_STACK_BYTES as u64;
+    if !on_helper_stack || ctx.helper_ret == stub || pc == stub {
+        return false;
+    }
+    ctx.helper_step_resume = ctx.helper_ret;
+    ctx.helper_ret = stub;
+    true
+}
+
+/// Whether `pc` is where `rgrind_helper_step`'s first single-step trap lands.
+pub fn is_helper_step_jmp(pc: u64) -> bool {
+    pc == rgrind_helper_step_jmp as *const () as usize as u64
 }
 
 /// Unmaps the helper stack `init_context` made (the context's thread no longer runs).
