@@ -87,8 +87,6 @@ pub struct ThreadContext {
     pub exit_id: u64,
     /// Guest target of an indirect branch that missed the IBL.
     pub ibl_target: u64,
-    /// Host target of an IBL hit, jumped through.
-    pub ibl_jump: u64,
     /// Address of this struct (what GS base holds), for code that needs it in a register.
     pub self_addr: u64,
     /// MXCSR value rgrind's own code runs with.
@@ -158,7 +156,6 @@ pub const OFF_ENTER_TARGET: usize = offset_of!(ThreadContext, enter_target);
 pub const OFF_EXIT_FN: usize = offset_of!(ThreadContext, exit_fn);
 pub const OFF_EXIT_ID: usize = offset_of!(ThreadContext, exit_id);
 pub const OFF_IBL_TARGET: usize = offset_of!(ThreadContext, ibl_target);
-pub const OFF_IBL_JUMP: usize = offset_of!(ThreadContext, ibl_jump);
 pub const OFF_SELF: usize = offset_of!(ThreadContext, self_addr);
 pub const OFF_HOST_MXCSR: usize = offset_of!(ThreadContext, host_mxcsr);
 pub const OFF_SCRATCH: usize = offset_of!(ThreadContext, scratch);

@@ -80,7 +80,7 @@ pub fn run_thread(ctx: &mut ThreadContext) {
             ctx.rip = target;
             let mut c = core();
             let h = lookup_or_translate(&mut c, target);
-            ctx.ibl_insert(target, h);
+            ctx.ibl_insert(target, h - crate::translate::IBL_ENTRY_OFFSET);
             next_host = Some(h);
             continue;
         }

@@ -22,6 +22,11 @@ use iced_x86::{
     Instruction, IntelFormatter, MemoryOperand, OpKind, Register,
 };
 
+/// Bytes of the prologue at the start of every translation through which the inline
+/// indirect-branch lookup enters it (two `gs: mov` that restore guest rcx and rdx); the
+/// block's registered start follows it. The IBL table holds `start - IBL_ENTRY_OFFSET`.
+pub const IBL_ENTRY_OFFSET: u64 = 18;
+
 /// Most guest bytes one block may span.
 const MAX_BLOCK_BYTES: usize = 2048;
 /// Bytes read for a block at first, and how close to their end decoding may come before the
@@ -355,12 +360,14 @@ impl Emitter {
         );
     }
 
-    /// Indirect transfer to the guest address in rdx; rcx and rdx were saved to S0/S1.
+    /// Indirect transfer to the guest address in rdx; rcx and rdx were saved to S0/S1. A hit
+    /// jumps to the target translation's IBL entry ([`IBL_ENTRY_OFFSET`] before its start),
+    /// which restores them: the jump goes through a register, not through memory just
+    /// written, so a mispredicted target is resolved sooner.
     fn ibl(&mut self) {
         let ibl = OFF_IBL as i32;
         let ibl_host = OFF_IBL as i32 + 8;
         let target = OFF_IBL_TARGET as i32;
-        let jump = OFF_IBL_JUMP as i32;
         let exit_id = OFF_EXIT_ID as i32;
         let exit_fn = OFF_EXIT_FN as i32;
         let miss = EXIT_IBL_MISS as i32;
@@ -380,10 +387,7 @@ impl Emitter {
             ; movzx ecx, dx
             ; lea rcx, [rcx * 8]
             ; gs mov rcx, QWORD [rcx * 2 + ibl_host]
-            ; gs mov QWORD [jump], rcx
-            ; gs mov rcx, QWORD [S0]
-            ; gs mov rdx, QWORD [S1]
-            ; gs jmp QWORD [jump]
+            ; jmp rcx
         );
     }
 
@@ -653,6 +657,15 @@ pub fn translate(
     };
     let internal = |what: String| TranslateError::Internal { addr: guest, what };
     let mut guest_end = guest;
+    // The indirect-branch lookup enters here, with guest rcx and rdx still in S0/S1.
+    dynasm!(em.ops ; .arch x64 ; gs mov rcx, QWORD [S0] ; gs mov rdx, QWORD [S1]);
+    if em.off() as u64 != IBL_ENTRY_OFFSET {
+        return Err(internal(format!(
+            "IBL entry prologue of {} bytes",
+            em.off()
+        )));
+    }
+    let entry = host + IBL_ENTRY_OFFSET;
     if smc {
         em.smc_check(guest, &buf[..(code_end - guest) as usize]);
     }
@@ -668,7 +681,7 @@ pub fn translate(
         }
         for (i, insn) in insns.iter().enumerate() {
             guest_end = insn.next_ip();
-            insn_starts.push((em.off() as u32, insn.ip()));
+            insn_starts.push(((em.off() as u64 - IBL_ENTRY_OFFSET) as u32, insn.ip()));
             let bytes = &buf[(insn.ip() - guest) as usize..(insn.next_ip() - guest) as usize];
             let failed = |what: String| TranslateError::Internal {
                 addr: insn.ip(),
@@ -696,7 +709,7 @@ pub fn translate(
             em.jmp_exit(ExitKind::Trap { signal, next }, addr);
         }
     }
-    let body_len = em.off() as u64;
+    let body_len = em.off() as u64 - IBL_ENTRY_OFFSET;
     plan.emit_slow_paths(&mut em.ops);
     em.stubs();
     let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
@@ -727,20 +740,21 @@ pub fn translate(
     }
     if opts.trace_blocks {
         eprintln!(
-            "--rgrind-- translate {guest:#x}-{guest_end:#x} ({} insns) -> {host:#x} ({len} bytes, body {body_len})",
-            insns.len()
+            "--rgrind-- translate {guest:#x}-{guest_end:#x} ({} insns) -> {entry:#x} ({} bytes, body {body_len})",
+            insns.len(),
+            len - IBL_ENTRY_OFFSET
         );
     }
     cache.insert_block(Block {
         insn_starts,
         guest_start: guest,
         guest_end,
-        host,
-        host_len: len,
+        host: entry,
+        host_len: len - IBL_ENTRY_OFFSET,
         exits: exit_ids,
         incoming: Vec::new(),
     });
-    Ok(host)
+    Ok(entry)
 }
 
 fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), String> {
