@@ -716,6 +716,59 @@ impl Plan {
     }
 }
 
+/// Byte offsets of the `JumpState` and `InlineRec` fields the inline jump and return paths
+/// read and write (`calltrack`'s layout contract).
+#[derive(Clone, Copy)]
+struct JumpOffsets {
+    expect: i32,
+    owner: i32,
+    top: i32,
+    lcount: i32,
+    lir: i32,
+    lbb: i32,
+    lbbcc: i32,
+    ir: i32,
+    bbs: i32,
+    prev_ret: i32,
+    frame: i32,
+    base_neg: i32,
+    run_ir: i32,
+    pending: i32,
+    cur_miss: i32,
+    stat: i32,
+    negk: i32,
+    rcount: i32,
+    rbbcc: i32,
+    rmiss: i32,
+}
+
+const JUMP_OFF: JumpOffsets = {
+    use super::calltrack::{InlineRec as R, JumpState as S};
+    use core::mem::offset_of;
+    JumpOffsets {
+        expect: offset_of!(S, expect) as i32,
+        owner: offset_of!(S, owner_neg) as i32,
+        top: offset_of!(S, top_sp) as i32,
+        lcount: offset_of!(S, last_count) as i32,
+        lir: offset_of!(S, last_ir) as i32,
+        lbb: offset_of!(S, last_bb) as i32,
+        lbbcc: offset_of!(S, last_bbcc) as i32,
+        ir: offset_of!(S, ir) as i32,
+        bbs: offset_of!(S, bbs) as i32,
+        prev_ret: offset_of!(S, prev_ret) as i32,
+        frame: offset_of!(S, ret_frame) as i32,
+        base_neg: offset_of!(S, stack_base_neg) as i32,
+        run_ir: offset_of!(S, run_ir) as i32,
+        pending: offset_of!(S, ret_pending) as i32,
+        cur_miss: offset_of!(S, cur_miss) as i32,
+        stat: offset_of!(S, stat) as i32,
+        negk: offset_of!(R, neg_key) as i32,
+        rcount: offset_of!(R, count) as i32,
+        rbbcc: offset_of!(R, bbcc) as i32,
+        rmiss: offset_of!(R, miss) as i32,
+    }
+};
+
 /// Callgrind (clginline): the plain-jump case of the block-start routine (see
 /// `calltrack::JumpState`). Goes to `done` when it applied; otherwise falls through with
 /// every register and the flags as they were (the calls follow). Borrows rax, rcx, rdx.
@@ -725,14 +778,15 @@ fn inline_jump(
     (done, try_ret, fail): (DynamicLabel, DynamicLabel, DynamicLabel),
     flags_dead: bool,
 ) {
-    use super::calltrack::JumpState as S;
-    use core::mem::offset_of;
-    let st = j.state as *const S as i64;
+    let st = j.state as *const super::calltrack::JumpState as i64;
     let rec = j.rec as *const super::calltrack::InlineRec as i64;
-    let expect = offset_of!(S, expect) as i32;
-    let owner = offset_of!(S, owner_neg) as i32;
-    let top = offset_of!(S, top_sp) as i32;
-    let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
+    let JumpOffsets {
+        expect,
+        owner,
+        top,
+        negk,
+        ..
+    } = JUMP_OFF;
     dynasm!(a
         ; .arch x64
         ; gs mov QWORD [IS0], rax
@@ -798,19 +852,20 @@ fn inline_ret(
     done: DynamicLabel,
     fail: DynamicLabel,
 ) {
-    use super::calltrack::JumpState as S;
-    use core::mem::offset_of;
-    let st = j.state as *const S as i64;
+    let st = j.state as *const super::calltrack::JumpState as i64;
     let rec = j.rec as *const super::calltrack::InlineRec as i64;
-    let expect = offset_of!(S, expect) as i32;
-    let top = offset_of!(S, top_sp) as i32;
-    let prev_ret = offset_of!(S, prev_ret) as i32;
-    let frame = offset_of!(S, ret_frame) as i32;
-    let base_neg = offset_of!(S, stack_base_neg) as i32;
-    let run_ir = offset_of!(S, run_ir) as i32;
-    let pending = offset_of!(S, ret_pending) as i32;
-    let ir = offset_of!(S, ir) as i32;
-    let negk = offset_of!(super::calltrack::InlineRec, neg_key) as i32;
+    let JumpOffsets {
+        expect,
+        top,
+        prev_ret,
+        frame,
+        base_neg,
+        run_ir,
+        pending,
+        ir,
+        negk,
+        ..
+    } = JUMP_OFF;
     let fl = j.frame;
     // The return case: the previous block ended in a `ret` to the top frame's return
     // address, rsp is the frame's sp + 8 and this block's key is the frame's.
@@ -910,23 +965,25 @@ fn inline_ret(
 }
 
 /// The part of the inline path both cases share (rdx = the state, rax and rcx free): charge
-/// the previous block (its counter, the running Ir, one block) and make this block the last
-/// one, noting whether it ends in a `ret` the next block may take inline.
+/// the previous block (its counter, the running Ir, one block; with `InlineJump::eager` the
+/// entered block instead) and make this block the last one, noting whether it ends in a
+/// `ret` the next block may take inline. Flag-free unless `flags_dead`.
 fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_dead: bool) {
-    use super::calltrack::JumpState as S;
-    use core::mem::offset_of;
-    let lcount = offset_of!(S, last_count) as i32;
-    let lir = offset_of!(S, last_ir) as i32;
-    let lbb = offset_of!(S, last_bb) as i32;
-    let lbbcc = offset_of!(S, last_bbcc) as i32;
-    let ir = offset_of!(S, ir) as i32;
-    let bbs = offset_of!(S, bbs) as i32;
-    let prev_ret = offset_of!(S, prev_ret) as i32;
-    let rcount = offset_of!(super::calltrack::InlineRec, count) as i32;
-    let rbbcc = offset_of!(super::calltrack::InlineRec, bbcc) as i32;
-    let rmiss = offset_of!(super::calltrack::InlineRec, miss) as i32;
-    let cur_miss = offset_of!(S, cur_miss) as i32;
-    let stat = offset_of!(S, stat) as i32;
+    let JumpOffsets {
+        lcount,
+        lir,
+        lbb,
+        lbbcc,
+        ir,
+        bbs,
+        prev_ret,
+        rcount,
+        rbbcc,
+        rmiss,
+        cur_miss,
+        stat,
+        ..
+    } = JUMP_OFF;
     if flags_dead {
         return enter_inline_with_flags(a, j, rec);
     }
@@ -1112,28 +1169,21 @@ fn emit_slow(a: &mut Asm, s: Slow) {
 
 /// `enter_inline` where the flags are dead: the same stores, with `inc`/`add` to memory.
 fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
-    use super::calltrack::{InlineRec as R, JumpState as S};
-    use core::mem::offset_of;
-    let (lcount, lir, lbb) = (
-        offset_of!(S, last_count) as i32,
-        offset_of!(S, last_ir) as i32,
-        offset_of!(S, last_bb) as i32,
-    );
-    let (lbbcc, ir, bbs) = (
-        offset_of!(S, last_bbcc) as i32,
-        offset_of!(S, ir) as i32,
-        offset_of!(S, bbs) as i32,
-    );
-    let (prev_ret, cur_miss, stat) = (
-        offset_of!(S, prev_ret) as i32,
-        offset_of!(S, cur_miss) as i32,
-        offset_of!(S, stat) as i32,
-    );
-    let (rcount, rbbcc, rmiss) = (
-        offset_of!(R, count) as i32,
-        offset_of!(R, bbcc) as i32,
-        offset_of!(R, miss) as i32,
-    );
+    let JumpOffsets {
+        lcount,
+        lir,
+        lbb,
+        lbbcc,
+        ir,
+        bbs,
+        prev_ret,
+        cur_miss,
+        stat,
+        rcount,
+        rbbcc,
+        rmiss,
+        ..
+    } = JUMP_OFF;
     dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
     if let Some(more) = j.eager {
         dynasm!(a
