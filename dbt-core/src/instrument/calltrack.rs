@@ -99,7 +99,7 @@ pub struct JumpState {
     pub ret_pending: AtomicU64,
     /// Where the tool's simulator routines count misses: the current cost centre's miss
     /// array (`*mut u64`; 0: nowhere). The inline path stores the entered block's
-    /// `InlineRec::miss` here when `InlineJump::set_miss`.
+    /// `InlineRec::miss` here with `InlineJump::eager`.
     pub cur_miss: AtomicU64,
     /// Eager charging (`InlineJump::eager`): the entered blocks' further static costs, added
     /// here like `ir` (the tool folds them back).
@@ -189,10 +189,9 @@ pub struct InlineJump {
     pub frame: FrameLayout,
     /// Eager charging (Callgrind with cache simulation): the entered block is charged when
     /// it is entered (its counter, `ir` and these further static costs into
-    /// `JumpState::stat`) instead of the previous one; the return case is not used.
+    /// `JumpState::stat`) instead of the previous one, and its miss array is stored in
+    /// `JumpState::cur_miss`; the return case is not used.
     pub eager: Option<[u32; 4]>,
-    /// Store the entered block's miss array in `JumpState::cur_miss`.
-    pub set_miss: bool,
 }
 
 /// Where the return case finds what it reads in the tool's shadow-stack frames (byte

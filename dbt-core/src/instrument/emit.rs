@@ -988,10 +988,12 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_d
         return enter_inline_with_flags(a, j, rec);
     }
     if let Some(more) = j.eager {
-        // Charge the block being entered.
+        // Charge the block being entered, and point the miss helpers at its cost centre.
         dynasm!(a
             ; .arch x64
             ; mov rax, QWORD rec
+            ; mov rcx, QWORD [rax + rmiss]
+            ; mov QWORD [rdx + cur_miss], rcx
             ; mov rcx, QWORD [rax + rcount]
             ; mov rax, QWORD [rcx]
             ; lea rax, [rax + 1]
@@ -1022,14 +1024,6 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_d
             ; mov rcx, QWORD [rdx + lir]
             ; lea rax, [rax + rcx]
             ; mov QWORD [rdx + ir], rax
-        );
-    }
-    if j.set_miss {
-        dynasm!(a
-            ; .arch x64
-            ; mov rax, QWORD rec
-            ; mov rcx, QWORD [rax + rmiss]
-            ; mov QWORD [rdx + cur_miss], rcx
         );
     }
     dynasm!(a
@@ -1188,6 +1182,8 @@ fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i
     if let Some(more) = j.eager {
         dynasm!(a
             ; .arch x64
+            ; mov rcx, QWORD [rax + rmiss]
+            ; mov QWORD [rdx + cur_miss], rcx
             ; mov rcx, QWORD [rax + rcount]
             ; inc QWORD [rcx]
             ; add QWORD [rdx + ir], j.ir as i32
@@ -1204,13 +1200,6 @@ fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i
             ; inc QWORD [rcx]
             ; mov rcx, QWORD [rdx + lir]
             ; add QWORD [rdx + ir], rcx
-        );
-    }
-    if j.set_miss {
-        dynasm!(a
-            ; .arch x64
-            ; mov rcx, QWORD [rax + rmiss]
-            ; mov QWORD [rdx + cur_miss], rcx
         );
     }
     dynasm!(a

@@ -270,17 +270,15 @@ pub fn init_context(ctx: &mut ThreadContext) -> bool {
 /// translated code: if the thread is inside a helper (`sp` on its helper stack), makes the
 /// helper return through `rgrind_helper_step`, which single-steps on into translated code
 /// (without it the signal would wait for the next dispatcher entry, which a chained loop may
-/// not reach for a long time). Returns whether it did.
-pub fn step_after_helper(ctx: &mut ThreadContext, pc: u64, sp: u64) -> bool {
+/// not reach for a long time).
+pub fn step_after_helper(ctx: &mut ThreadContext, pc: u64, sp: u64) {
     let stub = rgrind_helper_step as *const () as usize as u64;
     let top = ctx.helper_stack;
     let on_helper_stack = top != 0 && sp <= top && sp > top - HELPER_STACK_BYTES as u64;
-    if !on_helper_stack || ctx.helper_ret == stub || pc == stub {
-        return false;
+    if on_helper_stack && ctx.helper_ret != stub && pc != stub {
+        ctx.helper_step_resume = ctx.helper_ret;
+        ctx.helper_ret = stub;
     }
-    ctx.helper_step_resume = ctx.helper_ret;
-    ctx.helper_ret = stub;
-    true
 }
 
 /// Whether `pc` is where `rgrind_helper_step`'s first single-step trap lands.

@@ -346,7 +346,9 @@ impl Callgrind {
         rt.separate_threads = opts.separate_threads;
         rt.set_dump_every(opts.dump_every_bb);
         // Branch simulation alone charges lazily with more than Ir, which the inline path
-        // does not carry; with cache simulation it charges the entered block (eagerly).
+        // does not carry; with cache simulation it charges the entered block (eagerly) and
+        // points the miss helpers at it. So the path only runs where misses are counted
+        // exactly when charging is eager.
         rt.inline_jumps =
             (opts.cache_sim || !opts.branch_sim) && !opts.collect_jumps && opts.dump_every_bb == 0;
         let branch_slot = opts
@@ -540,7 +542,6 @@ impl Callgrind {
             insn_stat,
             insn_rep: b.insns.iter().map(|v| v.rep).collect(),
             stat,
-            fast_miss: std::cell::Cell::new(core::ptr::null_mut()),
             jrec: dbt_core::tool::InlineRec::new(),
         });
         let p = Box::into_raw(info) as *const BlockInfo;
@@ -1008,7 +1009,6 @@ impl Tool for Callgrind {
                     }
                     more
                 }),
-                set_miss: self.runtime().is_some_and(|rt| rt.miss_slots != 0),
             };
             ins.call_with_fallback_inline(0, fast, slow, CallArg::Sp, jumps, jump);
         } else {

@@ -247,8 +247,6 @@ pub struct BlockInfo {
     pub insn_rep: Vec<RepKind>,
     /// Static events per execution, `Ir Dr Dw Bc Bi` (`rep` iterations excluded).
     pub stat: [u64; N_STATIC],
-    /// The miss array of the cost centre in `fast_count`'s entry (null without simulation).
-    pub fast_miss: Cell<*mut u64>,
     /// The inline jump path's view of the `fast_*` entry ([`inline_key`] of `fast_key`,
     /// with this block's object and section; never for a function entry).
     pub jrec: InlineRec,
@@ -708,7 +706,7 @@ impl Runtime {
         bb.fast_key.set(fast_key(cxt, rec, th));
         let c = &mut self.bbccs[b as usize];
         bb.fast_count.set(&mut c.count);
-        bb.fast_miss.set(Self::miss_ptr(c));
+        let miss = Self::miss_ptr(c);
         let ik = inline_key(bb.fast_key.get(), bb.obj, bb.sect)
             .filter(|_| !bb.is_entry)
             .unwrap_or(u64::MAX - 1);
@@ -716,9 +714,7 @@ impl Runtime {
             .count
             .store(&mut c.count as *mut u64 as u64, Ordering::Relaxed);
         bb.jrec.bbcc.store(u64::from(b), Ordering::Relaxed);
-        bb.jrec
-            .miss
-            .store(bb.fast_miss.get() as u64, Ordering::Relaxed);
+        bb.jrec.miss.store(miss as u64, Ordering::Relaxed);
         bb.jrec.neg_key.store(ik.wrapping_neg(), Ordering::Relaxed);
         b
     }
@@ -1060,7 +1056,7 @@ impl Runtime {
         }
         if self.miss_slots != 0 {
             let base = if t.collect {
-                bb.fast_miss.get()
+                bb.jrec.miss.load(Ordering::Relaxed) as *mut u64
             } else {
                 core::ptr::null_mut()
             };
@@ -2507,7 +2503,6 @@ mod tests {
             insn_stat: vec![InsnStat::default(); n as usize],
             insn_rep: vec![RepKind::None; n as usize],
             stat: [n, 0, 0, 0, 0],
-            fast_miss: Cell::new(core::ptr::null_mut()),
             jrec: InlineRec::new(),
         }
     }
