@@ -16,7 +16,7 @@ pub use crate::instrument::{
 };
 // Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
 pub use crate::instrument::calltrack::{
-    thread_key, with_host_fs, FrameLayout, InlineJump, InlineRec, JumpState,
+    thread_key, with_host_fs, CallPlan, FrameLayout, InlineJump, InlineRec, JumpState,
 };
 
 /// How the guest process is ending.

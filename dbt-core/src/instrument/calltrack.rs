@@ -91,12 +91,25 @@ pub struct JumpState {
     pub prev_ret: AtomicU64,
     /// The top frame (`*const` frame; a frame whose key field is `u64::MAX` when none).
     pub ret_frame: AtomicU64,
-    /// Minus the address of the bottom frame (the frame below it does not exist).
+    /// Minus the address of the bottom frame (the frame below it does not exist); 0 when
+    /// the return and call cases are not armed.
     pub stack_base_neg: AtomicU64,
     /// The thread's running Ir (`*const u64`; `ir` is added to it).
     pub run_ir: AtomicU64,
-    /// Frames the inline path popped (the tool finishes the pops).
-    pub ret_pending: AtomicU64,
+    // The call case (see `CallPlan`) and the pops of the return case keep these of the
+    // tool's stacks up to date themselves; the tool reads the lengths back.
+    /// The previous block's `CallPlan` when it ended in a call the inline path may take
+    /// (`*const CallPlan`; 0: none).
+    pub call_plan: AtomicU64,
+    /// The thread's activation count per function (`*mut u32`, indexed by function).
+    pub fn_active: AtomicU64,
+    /// The thread's function stack: first slot, next free slot, end of its capacity
+    /// (`*mut u32`).
+    pub fn_base: AtomicU64,
+    pub fn_top: AtomicU64,
+    pub fn_end: AtomicU64,
+    /// The last frame slot the shadow stack's capacity holds.
+    pub stack_last: AtomicU64,
     /// Where the tool's simulator routines count misses: the current cost centre's miss
     /// array (`*mut u64`; 0: nowhere). The inline path stores the entered block's
     /// `InlineRec::miss` here with `InlineJump::eager`.
@@ -123,7 +136,12 @@ impl JumpState {
             ret_frame: AtomicU64::new(0),
             stack_base_neg: AtomicU64::new(0),
             run_ir: AtomicU64::new(0),
-            ret_pending: AtomicU64::new(0),
+            call_plan: AtomicU64::new(0),
+            fn_active: AtomicU64::new(0),
+            fn_base: AtomicU64::new(0),
+            fn_top: AtomicU64::new(0),
+            fn_end: AtomicU64::new(0),
+            stack_last: AtomicU64::new(0),
             cur_miss: AtomicU64::new(0),
             stat: [const { AtomicU64::new(0) }; 4],
         }
@@ -137,14 +155,85 @@ impl Default for JumpState {
 }
 
 /// Per block: the key under which it may be entered inline (stored negated, as the IBL
-/// stores tags; `u64::MAX - 1` negated when never), its cost centre's counter, id and miss
-/// array.
+/// stores tags; `u64::MAX - 1` negated when never), its cost centre's counter, id, miss
+/// array and `CallPlan`.
 #[repr(C)]
 pub struct InlineRec {
     pub neg_key: AtomicU64,
     pub count: AtomicU64,
     pub bbcc: AtomicU64,
     pub miss: AtomicU64,
+    pub plan: AtomicU64,
+}
+
+/// The call case of the inline path, per calling cost centre: the last call the tool made
+/// from it, as the callee's entry block can repeat it. The block takes it when the previous
+/// block armed this plan (`JumpState::call_plan`), the plan names this block, `[rsp]` is
+/// `ret_addr`, `rsp + 8 <= top_sp` (nothing to unwind, the frame below stays) and the
+/// callee function's activation count lies in `lo ..= lo + span` (its recursion level is
+/// the planned one), and both stacks have room. It then charges the previous block as a
+/// jump does, adds `inc` to the activation count and one to `*arc_count`, pushes a frame
+/// (`FrameLayout`: arc, caller context, `rsp`, `ret_addr`, the running Ir, the function
+/// stack's depth, and the return plan: `ret_key`, `to_fn`, the old activation count,
+/// `arc_incl`, the old `top_sp`), pushes `to_fn` on the function stack when `push_fn`, and
+/// enters the block with the planned cost centre (`callee_count`, `callee_bbcc`; its own
+/// plan `callee_plan`; `callee_expect` as `expect` when the block ends plainly).
+/// All fields are `u64`; ids are stored in the frames as `u32`.
+#[repr(C)]
+pub struct CallPlan {
+    /// The callee block (`InlineJump::bb`; 0: no plan).
+    pub callee: AtomicU64,
+    pub ret_addr: AtomicU64,
+    pub to_fn: AtomicU64,
+    pub lo: AtomicU64,
+    pub span: AtomicU64,
+    pub inc: AtomicU64,
+    pub push_fn: AtomicU64,
+    pub arc: AtomicU64,
+    pub arc_count: AtomicU64,
+    pub arc_incl: AtomicU64,
+    pub caller_cxt: AtomicU64,
+    pub ret_key: AtomicU64,
+    pub callee_count: AtomicU64,
+    pub callee_bbcc: AtomicU64,
+    pub callee_plan: AtomicU64,
+    pub callee_expect: AtomicU64,
+}
+
+impl CallPlan {
+    /// A plan no block takes.
+    pub const fn new() -> CallPlan {
+        CallPlan {
+            callee: AtomicU64::new(0),
+            ret_addr: AtomicU64::new(0),
+            to_fn: AtomicU64::new(0),
+            lo: AtomicU64::new(0),
+            span: AtomicU64::new(0),
+            inc: AtomicU64::new(0),
+            push_fn: AtomicU64::new(0),
+            arc: AtomicU64::new(0),
+            arc_count: AtomicU64::new(0),
+            arc_incl: AtomicU64::new(0),
+            caller_cxt: AtomicU64::new(0),
+            ret_key: AtomicU64::new(u64::MAX),
+            callee_count: AtomicU64::new(0),
+            callee_bbcc: AtomicU64::new(0),
+            callee_plan: AtomicU64::new(0),
+            callee_expect: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
+impl Default for CallPlan {
+    fn default() -> Self {
+        CallPlan::new()
+    }
+}
+
+impl core::fmt::Debug for CallPlan {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CallPlan").finish_non_exhaustive()
+    }
 }
 
 impl InlineRec {
@@ -155,6 +244,7 @@ impl InlineRec {
             count: AtomicU64::new(0),
             bbcc: AtomicU64::new(0),
             miss: AtomicU64::new(0),
+            plan: AtomicU64::new(0),
         }
     }
 }
@@ -174,8 +264,8 @@ impl Default for InlineRec {
 /// frame (`ret_frame`) has this block's address as its return address, its `sp + 8` is
 /// `rsp` and its key is this block's, the inline code charges the previous block as for a
 /// jump, adds the Ir run since the frame was entered to the frame's arc's inclusive cost,
-/// counts the pop in `ret_pending`, makes the frame below the top one (or `empty_frame`),
-/// and continues with `expect` = the frame's key (when this block ends plainly) and
+/// puts back the callee's activation count and the function stack's depth the frame
+/// recorded, makes the frame below the top one (or `empty_frame`), and continues with `expect` = the frame's key (when this block ends plainly) and
 /// `top_sp` = the frame's `next_sp`.
 #[derive(Clone, Copy, Debug)]
 pub struct InlineJump {
@@ -186,6 +276,11 @@ pub struct InlineJump {
     pub ends_plain: bool,
     pub addr: u64,
     pub ends_ret: bool,
+    /// Ends in a call (no `rep`): the next block may take the call case.
+    pub ends_call: bool,
+    /// A function's entry block: its inline path is the call case (`CallPlan`) instead of
+    /// the jump and return cases.
+    pub entry: bool,
     pub frame: FrameLayout,
     /// Eager charging (Callgrind with cache simulation): the entered block is charged when
     /// it is entered (its counter, `ir` and these further static costs into
@@ -209,6 +304,15 @@ pub struct FrameLayout {
     pub next_sp: i32,
     /// Running Ir when the frame was entered.
     pub enter_ir: i32,
+    /// `u32` fields: the arc, the caller's context, the skipped-function state (`u32::MAX`:
+    /// none), the callee function and its activation count before the call.
+    pub arc: i32,
+    pub cxt: i32,
+    pub nonskipped: i32,
+    pub to_fn: i32,
+    pub active: i32,
+    /// The function stack's depth at the call (`u64`).
+    pub fn_sp: i32,
     /// A frame no block matches (its return address and key are `u64::MAX`), made the top
     /// one when the bottom frame is popped.
     pub empty_frame: u64,

@@ -30,6 +30,7 @@ const IS0: i32 = OFF_INSTR_SCRATCH as i32;
 const IS1: i32 = OFF_INSTR_SCRATCH as i32 + 8;
 const IS2: i32 = OFF_INSTR_SCRATCH as i32 + 16;
 const IS3: i32 = OFF_INSTR_SCRATCH as i32 + 24;
+const IS4: i32 = OFF_INSTR_SCRATCH as i32 + 32;
 const FLAGS: i32 = OFF_INSTR_FLAGS as i32;
 const ARG0: i32 = OFF_HELPER_ARGS as i32;
 const ARG1: i32 = OFF_HELPER_ARGS as i32 + 8;
@@ -281,13 +282,17 @@ impl Plan {
                         a.new_dynamic_label(),
                         a.new_dynamic_label(),
                     );
-                    inline_jump(a, &jump, (done, try_ret, fail), !self.live[i]);
-                    // The return case is rarer: out of line, after the block.
-                    self.slow.push(Slow {
-                        entry: try_ret,
-                        back: done,
-                        kind: SlowKind::InlineRet { jump, fail },
-                    });
+                    if jump.entry {
+                        inline_call(a, &jump, (done, fail), !self.live[i]);
+                    } else {
+                        inline_jump(a, &jump, (done, try_ret, fail), !self.live[i]);
+                        // The return case is rarer: out of line, after the block.
+                        self.slow.push(Slow {
+                            entry: try_ret,
+                            back: done,
+                            kind: SlowKind::InlineRet { jump, fail },
+                        });
+                    }
                     self.call_fallback(a, i, fast, slow, arg1, arg2)?;
                     dynasm!(a ; .arch x64 ; =>done);
                 }
@@ -733,14 +738,64 @@ struct JumpOffsets {
     frame: i32,
     base_neg: i32,
     run_ir: i32,
-    pending: i32,
     cur_miss: i32,
     stat: i32,
+    call_plan: i32,
+    fn_active: i32,
+    fn_base: i32,
+    fn_top: i32,
+    fn_end: i32,
+    stack_last: i32,
     negk: i32,
     rcount: i32,
     rbbcc: i32,
     rmiss: i32,
+    rplan: i32,
 }
+
+/// Byte offsets of the `CallPlan` fields the inline call case reads.
+#[derive(Clone, Copy)]
+struct PlanOffsets {
+    callee: i32,
+    ret_addr: i32,
+    to_fn: i32,
+    lo: i32,
+    span: i32,
+    inc: i32,
+    push_fn: i32,
+    arc: i32,
+    arc_count: i32,
+    arc_incl: i32,
+    caller_cxt: i32,
+    ret_key: i32,
+    callee_count: i32,
+    callee_bbcc: i32,
+    callee_plan: i32,
+    callee_expect: i32,
+}
+
+const PLAN_OFF: PlanOffsets = {
+    use super::calltrack::CallPlan as P;
+    use core::mem::offset_of;
+    PlanOffsets {
+        callee: offset_of!(P, callee) as i32,
+        ret_addr: offset_of!(P, ret_addr) as i32,
+        to_fn: offset_of!(P, to_fn) as i32,
+        lo: offset_of!(P, lo) as i32,
+        span: offset_of!(P, span) as i32,
+        inc: offset_of!(P, inc) as i32,
+        push_fn: offset_of!(P, push_fn) as i32,
+        arc: offset_of!(P, arc) as i32,
+        arc_count: offset_of!(P, arc_count) as i32,
+        arc_incl: offset_of!(P, arc_incl) as i32,
+        caller_cxt: offset_of!(P, caller_cxt) as i32,
+        ret_key: offset_of!(P, ret_key) as i32,
+        callee_count: offset_of!(P, callee_count) as i32,
+        callee_bbcc: offset_of!(P, callee_bbcc) as i32,
+        callee_plan: offset_of!(P, callee_plan) as i32,
+        callee_expect: offset_of!(P, callee_expect) as i32,
+    }
+};
 
 const JUMP_OFF: JumpOffsets = {
     use super::calltrack::{InlineRec as R, JumpState as S};
@@ -759,13 +814,19 @@ const JUMP_OFF: JumpOffsets = {
         frame: offset_of!(S, ret_frame) as i32,
         base_neg: offset_of!(S, stack_base_neg) as i32,
         run_ir: offset_of!(S, run_ir) as i32,
-        pending: offset_of!(S, ret_pending) as i32,
         cur_miss: offset_of!(S, cur_miss) as i32,
         stat: offset_of!(S, stat) as i32,
+        call_plan: offset_of!(S, call_plan) as i32,
+        fn_active: offset_of!(S, fn_active) as i32,
+        fn_base: offset_of!(S, fn_base) as i32,
+        fn_top: offset_of!(S, fn_top) as i32,
+        fn_end: offset_of!(S, fn_end) as i32,
+        stack_last: offset_of!(S, stack_last) as i32,
         negk: offset_of!(R, neg_key) as i32,
         rcount: offset_of!(R, count) as i32,
         rbbcc: offset_of!(R, bbcc) as i32,
         rmiss: offset_of!(R, miss) as i32,
+        rplan: offset_of!(R, plan) as i32,
     }
 };
 
@@ -861,9 +922,11 @@ fn inline_ret(
         frame,
         base_neg,
         run_ir,
-        pending,
         ir,
         negk,
+        fn_active,
+        fn_base,
+        fn_top,
         ..
     } = JUMP_OFF;
     let fl = j.frame;
@@ -929,11 +992,21 @@ fn inline_ret(
         ; lea rdx, [rdx + rax]
         ; mov QWORD [rcx], rdx
         ; mov rdx, QWORD st
-        ; mov rax, QWORD [rdx + pending]
-        ; lea rax, [rax + 1]
-        ; mov QWORD [rdx + pending], rax
-        // The blocks that follow: the frame's key and next_sp.
+        // The callee's activation count and the function stack as before the call.
         ; mov rax, QWORD [rdx + frame]
+        ; mov ecx, DWORD [rax + fl.to_fn]
+        ; mov rax, QWORD [rdx + fn_active]
+        ; lea rcx, [rax + rcx * 4]
+        ; mov rax, QWORD [rdx + frame]
+        ; mov eax, DWORD [rax + fl.active]
+        ; mov DWORD [rcx], eax
+        ; mov rax, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rax + fl.fn_sp]
+        ; mov rax, QWORD [rdx + fn_base]
+        ; lea rcx, [rax + rcx * 4]
+        ; mov QWORD [rdx + fn_top], rcx
+        ; mov rax, QWORD [rdx + frame]
+        // The blocks that follow: the frame's key and next_sp.
         ; mov rcx, QWORD [rax + fl.next_sp]
         ; mov QWORD [rdx + top], rcx
     );
@@ -1040,6 +1113,215 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_d
         ; mov QWORD [rdx + lbb], rcx
         ; mov QWORD [rdx + lir], j.ir as i32
         ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret || j.eager.is_some())
+    );
+    arm_call_plan(a, j, JUMP_OFF.rplan);
+}
+
+/// The end of every inline case (rdx = the state): the entered block arms the call case
+/// for the next block when it ends in a call (its cost centre's plan, read at `[rax +
+/// at]`), else disarms it. Not with eager charging (the call case is not used). Flag-free.
+fn arm_call_plan(a: &mut Asm, j: &super::calltrack::InlineJump, at: i32) {
+    let call_plan = JUMP_OFF.call_plan;
+    if j.eager.is_some() {
+        return;
+    }
+    if j.ends_call {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rax + at]
+            ; mov QWORD [rdx + call_plan], rcx
+        );
+    } else {
+        dynasm!(a ; .arch x64 ; mov QWORD [rdx + call_plan], 0);
+    }
+}
+
+/// Callgrind: the call case of the block-start routine at a function's entry block (see
+/// `calltrack::CallPlan`). Goes to `done` when it applied; otherwise falls through to `fail`
+/// with every register and the flags as they were. Borrows rax, rcx, rdx, rbx, rsi.
+fn inline_call(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    (done, fail): (DynamicLabel, DynamicLabel),
+    flags_dead: bool,
+) {
+    let st = j.state as *const super::calltrack::JumpState as i64;
+    let JumpOffsets {
+        expect,
+        owner,
+        top,
+        lcount,
+        lir,
+        lbb,
+        lbbcc,
+        ir,
+        bbs,
+        prev_ret,
+        frame,
+        base_neg,
+        run_ir,
+        call_plan,
+        fn_active,
+        fn_base,
+        fn_top,
+        fn_end,
+        stack_last,
+        ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
+    let fl = j.frame;
+    let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS0], rax
+        ; gs mov QWORD [IS1], rcx
+        ; gs mov QWORD [IS2], rdx
+    );
+    if !flags_dead {
+        save_flags(a);
+    }
+    dynasm!(a
+        ; .arch x64
+        ; mov rdx, QWORD st
+        ; gs mov rcx, QWORD [OFF_SELF as i32]
+        ; add rcx, QWORD [rdx + owner]
+        ; jnz =>fail_here
+        ; mov rax, QWORD [rdx + call_plan]
+        ; test rax, rax
+        ; jz =>fail_here
+        ; mov rcx, QWORD j.bb as i64
+        ; cmp rcx, QWORD [rax + p.callee]
+        ; jne =>fail_here
+        ; mov rcx, QWORD [rax + p.ret_addr]
+        ; cmp rcx, QWORD [rsp]
+        ; jne =>fail_here
+        ; cmp QWORD [rdx + base_neg], 0
+        ; je =>fail_here
+        ; lea rcx, [rsp + 8]
+        ; cmp rcx, QWORD [rdx + top]
+        ; ja =>fail_here
+        ; gs mov QWORD [IS3], rbx
+        ; gs mov QWORD [IS4], rsi
+        // The recursion level: the activation count in lo ..= lo + span.
+        ; mov rbx, QWORD [rax + p.to_fn]
+        ; shl rbx, 2
+        ; add rbx, QWORD [rdx + fn_active]
+        ; mov ecx, DWORD [rbx]
+        ; sub ecx, DWORD [rax + p.lo]
+        ; cmp ecx, DWORD [rax + p.span]
+        ; ja =>fail_saved
+        // The new frame's slot, and room on both stacks.
+        ; mov rsi, QWORD [rdx + frame]
+        ; mov rcx, QWORD fl.empty_frame as i64
+        ; cmp rsi, rcx
+        ; jne >above
+        ; mov rsi, QWORD [rdx + base_neg]
+        ; neg rsi
+        ; jmp >slot
+        ; above:
+        ; add rsi, fl.size
+        ; slot:
+        ; cmp rsi, QWORD [rdx + stack_last]
+        ; ja =>fail_saved
+        ; mov rcx, QWORD [rdx + fn_top]
+        ; cmp rcx, QWORD [rdx + fn_end]
+        ; jae =>fail_saved
+        // Commit: charge the previous block, as the jump case does.
+        ; mov rcx, QWORD [rdx + lcount]
+        ; inc QWORD [rcx]
+        ; mov rcx, QWORD [rdx + lir]
+        ; add QWORD [rdx + ir], rcx
+        ; inc QWORD [rdx + bbs]
+        // The frame.
+        ; mov ecx, DWORD [rbx]
+        ; mov DWORD [rsi + fl.active], ecx
+        ; mov ecx, DWORD [rax + p.inc]
+        ; add DWORD [rbx], ecx
+        ; mov rcx, QWORD [rax + p.to_fn]
+        ; mov DWORD [rsi + fl.to_fn], ecx
+        ; mov rcx, QWORD [rax + p.arc_count]
+        ; inc QWORD [rcx]
+        ; mov rcx, QWORD [rax + p.arc]
+        ; mov DWORD [rsi + fl.arc], ecx
+        ; mov rcx, QWORD [rax + p.caller_cxt]
+        ; mov DWORD [rsi + fl.cxt], ecx
+        ; mov DWORD [rsi + fl.nonskipped], -1
+        ; mov QWORD [rsi + fl.sp], rsp
+        ; mov rcx, QWORD [rax + p.ret_addr]
+        ; mov QWORD [rsi + fl.ret_addr], rcx
+        ; mov rcx, QWORD [rax + p.ret_key]
+        ; mov QWORD [rsi + fl.key], rcx
+        ; mov rcx, QWORD [rax + p.arc_incl]
+        ; mov QWORD [rsi + fl.incl], rcx
+        ; mov rcx, QWORD [rdx + top]
+        ; mov QWORD [rsi + fl.next_sp], rcx
+        ; mov rcx, QWORD [rdx + run_ir]
+        ; mov rcx, QWORD [rcx]
+        ; add rcx, QWORD [rdx + ir]
+        ; mov QWORD [rsi + fl.enter_ir], rcx
+        ; mov rcx, QWORD [rdx + fn_top]
+        ; sub rcx, QWORD [rdx + fn_base]
+        ; shr rcx, 2
+        ; mov QWORD [rsi + fl.fn_sp], rcx
+        ; mov QWORD [rdx + frame], rsi
+        ; mov QWORD [rdx + top], rsp
+        // The callee's function on the function stack.
+        ; cmp QWORD [rax + p.push_fn], 0
+        ; je >pushed
+        ; mov rcx, QWORD [rdx + fn_top]
+        ; mov rbx, QWORD [rax + p.to_fn]
+        ; mov DWORD [rcx], ebx
+        ; add rcx, 4
+        ; mov QWORD [rdx + fn_top], rcx
+        ; pushed:
+        // This block, with the planned cost centre, is the last one.
+        ; mov rcx, QWORD [rax + p.callee_count]
+        ; mov QWORD [rdx + lcount], rcx
+        ; mov rcx, QWORD [rax + p.callee_bbcc]
+        ; mov QWORD [rdx + lbbcc], rcx
+        ; mov rcx, QWORD j.bb as i64
+        ; mov QWORD [rdx + lbb], rcx
+        ; mov QWORD [rdx + lir], j.ir as i32
+        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret)
+    );
+    if j.ends_plain {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rax + p.callee_expect]
+            ; mov QWORD [rdx + expect], rcx
+        );
+    } else {
+        dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
+    }
+    arm_call_plan(a, j, p.callee_plan);
+    dynasm!(a
+        ; .arch x64
+        ; gs mov rsi, QWORD [IS4]
+        ; gs mov rbx, QWORD [IS3]
+    );
+    if !flags_dead {
+        restore_flags(a);
+    }
+    dynasm!(a
+        ; .arch x64
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+        ; jmp =>done
+        ; =>fail_saved
+        ; gs mov rsi, QWORD [IS4]
+        ; gs mov rbx, QWORD [IS3]
+        ; =>fail_here
+    );
+    if !flags_dead {
+        restore_flags(a);
+    }
+    dynasm!(a
+        ; .arch x64
+        ; =>fail
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
     );
 }
 
@@ -1214,6 +1496,7 @@ fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i
         ; mov QWORD [rdx + lir], j.ir as i32
         ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret || j.eager.is_some())
     );
+    arm_call_plan(a, j, JUMP_OFF.rplan);
 }
 
 /// The out-of-line part of a data check (`SlowKind::Data`): puts every guest register the

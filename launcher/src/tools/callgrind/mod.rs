@@ -987,9 +987,17 @@ impl Tool for Callgrind {
         let jumps = u64::from(self.opts.collect_jumps);
         // SAFETY: a leaked BlockInfo, never freed.
         let bb: &'static BlockInfo = unsafe { &*info };
-        let inline = self.runtime().is_some_and(|rt| rt.inline_jumps);
-        if inline && !bb.is_entry {
-            // A plain jump into this block is handled inline (see `runtime::JUMP`).
+        let (inline, eager) = self
+            .runtime()
+            .map_or((false, false), |rt| (rt.inline_jumps, rt.eager));
+        // A function's entry block takes the call case (`CallPlan`) where a fast-path call
+        // into it could: no trigger, toggle or skipped function, Ir only.
+        let fl = &bb.flags;
+        let call_case = !eager
+            && !(fl.skip || fl.dump_before || fl.zero_before || fl.toggle_collect || fl.dump_after);
+        if inline && (!bb.is_entry || call_case) {
+            // A plain jump into this block (or a call into it) is handled inline (see
+            // `runtime::JUMP`).
             let jump = InlineJump {
                 state: &runtime::JUMP,
                 rec: &bb.jrec,
@@ -998,6 +1006,8 @@ impl Tool for Callgrind {
                 ends_plain: bb.plain_exit,
                 addr: bb.addr,
                 ends_ret: bb.plain_ret(),
+                ends_call: bb.exit == Exit::Call && bb.rep.is_empty(),
+                entry: bb.is_entry,
                 frame: runtime::frame_layout(),
                 eager: self.runtime().filter(|rt| rt.eager).map(|rt| {
                     let n = rt.n_cost.min(N_STATIC);

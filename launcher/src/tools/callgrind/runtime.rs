@@ -47,7 +47,7 @@
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
 //! switched to the returned-to function).
-use dbt_core::tool::{InlineRec, JumpState, RepKind};
+use dbt_core::tool::{CallPlan, InlineRec, JumpState, RepKind};
 use std::cell::Cell;
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -363,6 +363,8 @@ pub struct Bbcc {
     pub last_call: [u64; 2],
     /// The last jump arc from here, the same way (`--collect-jumps`).
     pub last_jump: u64,
+    /// The inline call path's plan of the last fast-path call from here.
+    pub plan: CallPlan,
 }
 
 /// A jump arc between two cost centres (`--collect-jumps`), at the source block's last
@@ -435,23 +437,68 @@ pub struct Jcc {
     pub incl: [u64; RUN],
 }
 
+/// An optional id as the inline call path writes it into a frame: `u32::MAX` is none.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(transparent)]
+struct Id(u32);
+
+impl Id {
+    const NONE: Id = Id(u32::MAX);
+
+    #[inline(always)]
+    fn get(self) -> Option<u32> {
+        (self.0 != u32::MAX).then_some(self.0)
+    }
+
+    #[inline(always)]
+    fn of(v: Option<u32>) -> Id {
+        match v {
+            Some(x) if x != u32::MAX => Id(x),
+            _ => Id::NONE,
+        }
+    }
+}
+
+/// A shadow-stack frame (`repr(C)`: the inline call path writes whole frames and the inline
+/// return path reads them, see [`frame_layout`]).
+#[repr(C)]
+#[derive(Clone, Copy)]
 struct Entry {
-    jcc: Option<u32>,
-    sp: u64,
-    ret_addr: u64,
-    enter_cost: [u64; RUN],
-    cxt: Option<u32>,
-    fn_sp: usize,
-    nonskipped: Option<u32>,
-    /// For the inline return path (real calls set up by the fast path, see
-    /// [`Runtime::inline_push`]): the key of the context returned into, in inline form
-    /// (`u64::MAX`: no plan), the callee function and its activation count once popped.
-    plan_key: u64,
+    jcc: Id,
+    cxt: Id,
+    nonskipped: Id,
+    /// For the inline return path (real calls set up by the fast path or the inline call
+    /// path): the callee function and its activation count once popped.
     plan_to_fn: u32,
     plan_active: u32,
+    sp: u64,
+    ret_addr: u64,
+    fn_sp: usize,
+    /// The key of the context returned into, in inline form (`u64::MAX`: no plan).
+    plan_key: u64,
     /// The arc's inclusive Ir (`*mut u64`) and `top_sp` once this frame is popped.
     plan_incl: u64,
     plan_next_sp: u64,
+    enter_cost: [u64; RUN],
+}
+
+impl Entry {
+    /// What fills the shadow stack's spare capacity (the inline call path writes frames
+    /// there, which must be initialised memory once the length covers them).
+    const SPARE: Entry = Entry {
+        jcc: Id::NONE,
+        cxt: Id::NONE,
+        nonskipped: Id::NONE,
+        plan_to_fn: 0,
+        plan_active: 0,
+        sp: 0,
+        ret_addr: 0,
+        fn_sp: 0,
+        plan_key: u64::MAX,
+        plan_incl: 0,
+        plan_next_sp: 0,
+        enter_cost: [0; RUN],
+    };
 }
 
 /// One guest thread's call-tracking state.
@@ -482,6 +529,8 @@ pub struct ThreadState {
     /// (`--dump-before/--dump-after/--zero-before`) must act first ([`Runtime::charge_pending`]).
     pub pending: bool,
     fast: Fast,
+    /// The shadow stack's capacity when its spare slots were last initialised.
+    spare_init: usize,
 }
 
 /// The inline return path's plan of a frame (see `Entry::plan_key`).
@@ -519,6 +568,12 @@ pub fn frame_layout() -> dbt_core::tool::FrameLayout {
         incl: offset_of!(Entry, plan_incl) as i32,
         next_sp: offset_of!(Entry, plan_next_sp) as i32,
         enter_ir: offset_of!(Entry, enter_cost) as i32,
+        arc: offset_of!(Entry, jcc) as i32,
+        cxt: offset_of!(Entry, cxt) as i32,
+        nonskipped: offset_of!(Entry, nonskipped) as i32,
+        to_fn: offset_of!(Entry, plan_to_fn) as i32,
+        active: offset_of!(Entry, plan_active) as i32,
+        fn_sp: offset_of!(Entry, fn_sp) as i32,
         empty_frame: EMPTY_FRAME.as_ptr() as u64,
     }
 }
@@ -648,6 +703,7 @@ impl Runtime {
             collect: self.collect_atstart,
             pending: false,
             fast: Fast::default(),
+            spare_init: 0,
         }));
         let last = self.threads.len() - 1;
         &mut *self.threads[last]
@@ -715,6 +771,9 @@ impl Runtime {
             .store(&mut c.count as *mut u64 as u64, Ordering::Relaxed);
         bb.jrec.bbcc.store(u64::from(b), Ordering::Relaxed);
         bb.jrec.miss.store(miss as u64, Ordering::Relaxed);
+        bb.jrec
+            .plan
+            .store(&c.plan as *const CallPlan as u64, Ordering::Relaxed);
         bb.jrec.neg_key.store(ik.wrapping_neg(), Ordering::Relaxed);
         b
     }
@@ -738,6 +797,7 @@ impl Runtime {
             miss: vec![0; bb.n_insns as usize * self.miss_slots].into_boxed_slice(),
             last_call: [u64::MAX; 2],
             last_jump: u64::MAX,
+            plan: CallPlan::new(),
         }));
         self.bbcc_map.insert(key, id);
         id
@@ -854,8 +914,8 @@ impl Runtime {
 
     fn pop(&mut self, t: &mut ThreadState) {
         let Some(e) = t.stack.pop() else { return };
-        t.nonskipped = e.nonskipped;
-        if let Some(j) = e.jcc {
+        t.nonskipped = e.nonskipped.get();
+        if let Some(j) = e.jcc.get() {
             let (from, to) = (self.jccs[j as usize].from, self.jccs[j as usize].to);
             let to_fn = self.cxt_fn(to);
             let direct = self.cxt_fn(from) == to_fn;
@@ -866,7 +926,7 @@ impl Runtime {
             let depth = *a;
             let n = self.n_cost;
             add_diff(&mut self.jccs[j as usize].incl, &t.run, &e.enter_cost, n);
-            t.cxt = e.cxt;
+            t.cxt = e.cxt.get();
             t.fn_stack.truncate(e.fn_sp);
             if depth == 0 {
                 let flags = self.bb_of(to).flags;
@@ -936,13 +996,13 @@ impl Runtime {
         let fb = self.bb_of(from);
         let ret_addr = if fb.exit == Exit::Call { fb.end } else { 0 };
         t.stack.push(Entry {
-            jcc,
+            jcc: Id::of(jcc),
             sp,
             ret_addr,
             enter_cost: t.run,
-            cxt: saved.0,
+            cxt: Id::of(saved.0),
             fn_sp: saved.1,
-            nonskipped: t.nonskipped,
+            nonskipped: Id::of(t.nonskipped),
             plan_key: u64::MAX,
             plan_to_fn: 0,
             plan_active: 0,
@@ -1169,12 +1229,59 @@ impl Runtime {
             incl,
             next_sp: below.min(i64::MAX as u64),
         };
+        let ret_key = if fl.dump_after {
+            u64::MAX
+        } else {
+            inline_key(t.fast.key, lbb.obj, lbb.sect).unwrap_or(u64::MAX)
+        };
         self.push_frame(t, Some(j), sp, lbb.end, Some(old_cxt), None, plan);
         if push_fn {
             Self::push_fn(t, bb.fn_id);
         }
         t.cxt = Some(new_cxt);
         self.enter_fast(t, bb, sp);
+        // The next call from `from` into `bb` at this recursion level can be made inline
+        // (`CallPlan`), where the function stack's top is the caller's function, as it is
+        // whenever no skipped function is active.
+        if self.inline_jumps && !self.eager && push_fn == (from_fn != to_fn) {
+            let inc = a_new.wrapping_sub(a_old);
+            let (lo, hi) = if recs <= 1 {
+                (0, u32::MAX - inc)
+            } else if idx + 1 < recs {
+                (idx + 1 - inc, idx + 1 - inc)
+            } else {
+                (recs - inc, u32::MAX - inc)
+            };
+            let callee_plan = match self.bbccs.get(to as usize) {
+                Some(c) => &c.plan as *const CallPlan as u64,
+                None => return true,
+            };
+            let arc_count = match self.jccs.get(j as usize) {
+                Some(jc) => &jc.count as *const u64 as u64,
+                None => return true,
+            };
+            let Some(p) = self.bbccs.get(from as usize).map(|c| &c.plan) else {
+                return true;
+            };
+            let r = Ordering::Relaxed;
+            p.callee.store(bb as *const BlockInfo as u64, r);
+            p.ret_addr.store(lbb.end, r);
+            p.to_fn.store(u64::from(to_fn), r);
+            p.lo.store(u64::from(lo), r);
+            p.span.store(u64::from(hi - lo), r);
+            p.inc.store(u64::from(inc), r);
+            p.push_fn.store(u64::from(push_fn), r);
+            p.arc.store(u64::from(j), r);
+            p.arc_incl.store(incl, r);
+            p.caller_cxt.store(u64::from(old_cxt), r);
+            p.ret_key.store(ret_key, r);
+            p.callee_count.store(bb.fast_count.get() as u64, r);
+            p.callee_bbcc.store(u64::from(to), r);
+            p.callee_plan.store(callee_plan, r);
+            p.callee_expect
+                .store(inline_key(bkey, bb.obj, bb.sect).unwrap_or(u64::MAX), r);
+            p.arc_count.store(arc_count, r);
+        }
         true
     }
 
@@ -1204,12 +1311,12 @@ impl Runtime {
         // written before the length covers it.
         unsafe {
             let e = t.stack.as_mut_ptr().add(n);
-            core::ptr::addr_of_mut!((*e).jcc).write(jcc);
+            core::ptr::addr_of_mut!((*e).jcc).write(Id::of(jcc));
             core::ptr::addr_of_mut!((*e).sp).write(sp);
             core::ptr::addr_of_mut!((*e).ret_addr).write(ret_addr);
-            core::ptr::addr_of_mut!((*e).cxt).write(cxt);
+            core::ptr::addr_of_mut!((*e).cxt).write(Id::of(cxt));
             core::ptr::addr_of_mut!((*e).fn_sp).write(fn_sp);
-            core::ptr::addr_of_mut!((*e).nonskipped).write(nonskipped);
+            core::ptr::addr_of_mut!((*e).nonskipped).write(Id::of(nonskipped));
             // Volatile: adjacent zero stores would otherwise be merged into a vector store.
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_key), plan.key);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_to_fn), plan.to_fn);
@@ -1543,13 +1650,13 @@ impl Runtime {
             Some(e) => e.sp,
             None => u64::MAX,
         };
-        if low.nonskipped.is_some() {
+        if low.nonskipped.get().is_some() {
             return false;
         }
         // What popping each frame does to `fn_active` (as `pop`): the callee function of its
         // arc, and whether it is decremented.
         let arc_of = |e: &Entry| -> Result<Option<(u32, bool)>, ()> {
-            let Some(j) = e.jcc else { return Ok(None) };
+            let Some(j) = e.jcc.get() else { return Ok(None) };
             let jcc = self.jccs.get(j as usize).ok_or(())?;
             let (fb, tb) = (
                 self.bbccs.get(jcc.from as usize).ok_or(())?,
@@ -1568,10 +1675,10 @@ impl Runtime {
             return false;
         };
         // The context after both pops: that of the last frame with an arc.
-        let (top_j, low_j) = (Self::opt(&top.jcc), Self::opt(&low.jcc));
+        let (top_j, low_j) = (top.jcc.get(), low.jcc.get());
         let (new_cxt, fn_sp) = match (low_j, top_j) {
-            (Some(_), _) => (Self::opt(&low.cxt), low.fn_sp),
-            (None, Some(_)) => (Self::opt(&top.cxt), top.fn_sp),
+            (Some(_), _) => (low.cxt.get(), low.fn_sp),
+            (None, Some(_)) => (top.cxt.get(), top.fn_sp),
             (None, None) => return false,
         };
         let Some(new_cxt) = new_cxt else {
@@ -1666,7 +1773,7 @@ impl Runtime {
         };
         // (A frame that restores a skipped-function state is left to `setup`: copying the
         // `Option` would be done with a vector register.)
-        let (Some(j), Some(new_cxt), None) = (top.jcc, top.cxt, top.nonskipped) else {
+        let (Some(j), Some(new_cxt), None) = (top.jcc.get(), top.cxt.get(), top.nonskipped.get()) else {
             return false;
         };
         let fn_sp = top.fn_sp;
@@ -1782,16 +1889,13 @@ impl Runtime {
         self.set_cur(t);
     }
 
-    /// Folds what the inline jump path did since the last look into thread `t` (the one
-    /// [`JUMP`] belongs to): blocks executed, running Ir, the last block and its cost centre.
-    /// Integer-only (the fast path calls it).
+    /// Folds what the inline paths did since the last look into thread `t` (the one [`JUMP`]
+    /// belongs to): blocks executed, running Ir, the last block and its cost centre, and,
+    /// when the call and return cases were armed, the lengths of the shadow stack and the
+    /// function stack (whose contents and the activation counts they kept up to date) and
+    /// the context (the last cost centre's). Integer-only (the fast path calls it).
     #[inline(always)]
     pub fn inline_pull(&mut self, t: &mut ThreadState) {
-        let popped = JUMP.ret_pending.load(Ordering::Relaxed);
-        if popped != 0 {
-            JUMP.ret_pending.store(0, Ordering::Relaxed);
-            self.finish_inline_pops(t, popped);
-        }
         let n = JUMP.bbs.load(Ordering::Relaxed);
         if n == 0 {
             return;
@@ -1811,6 +1915,7 @@ impl Runtime {
                 }
             }
         }
+        let last = JUMP.last_bbcc.load(Ordering::Relaxed) as u32;
         // SAFETY: plain writes to the thread's own fields (volatile: no vector code in the
         // fast path).
         unsafe {
@@ -1824,30 +1929,33 @@ impl Runtime {
                 core::ptr::addr_of_mut!(t.fast.last_count),
                 JUMP.last_count.load(Ordering::Relaxed) as *mut u64,
             );
-            core::ptr::write_volatile(
-                core::ptr::addr_of_mut!(t.last_bbcc),
-                Some(JUMP.last_bbcc.load(Ordering::Relaxed) as u32),
-            );
+            core::ptr::write_volatile(core::ptr::addr_of_mut!(t.last_bbcc), Some(last));
         }
-    }
-
-    /// The rest of the pops the inline return path made (it charged the blocks and the arcs'
-    /// inclusive costs): as [`Runtime::setup_fast_ret`] does after that, from the frames'
-    /// plans. Integer-only.
-    #[inline(always)]
-    fn finish_inline_pops(&mut self, t: &mut ThreadState, k: u64) {
-        for _ in 0..k {
-            let n = t.stack.len();
-            let Some(top) = n.checked_sub(1).and_then(|i| t.stack.get(i)) else {
-                return;
-            };
-            let (to_fn, active, fn_sp) = (top.plan_to_fn, top.plan_active, top.fn_sp);
-            let cxt = Self::opt(&top.cxt);
-            if let Some(x) = t.fn_active.get_mut(to_fn as usize) {
-                *x = active;
-            }
-            Self::pop_to(t, n - 1, cxt, fn_sp);
+        let base = JUMP.stack_base_neg.load(Ordering::Relaxed).wrapping_neg();
+        if base == 0 {
+            return;
         }
+        let frame = JUMP.ret_frame.load(Ordering::Relaxed);
+        let depth = if frame == EMPTY_FRAME.as_ptr() as u64 {
+            0
+        } else {
+            (frame.wrapping_sub(base) / core::mem::size_of::<Entry>() as u64) as usize + 1
+        };
+        let fn_base = JUMP.fn_base.load(Ordering::Relaxed);
+        let fn_depth = (JUMP.fn_top.load(Ordering::Relaxed).wrapping_sub(fn_base) / 4) as usize;
+        if depth > t.stack.capacity() || fn_depth > t.fn_stack.capacity() {
+            return;
+        }
+        // SAFETY: the inline paths keep the frames below `ret_frame` and the functions below
+        // `fn_top` written (frames in the spare capacity `inline_push` initialised), and
+        // check both capacities before they push.
+        unsafe {
+            t.stack.set_len(depth);
+            t.fn_stack.set_len(fn_depth);
+        }
+        let cxt = self.bbccs.get(last as usize).map(|c| c.cxt);
+        // SAFETY: a plain write to the thread's own field (volatile: no vector code).
+        unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!(t.cxt), cxt) };
         t.fast.top_sp = t.stack.last().map_or(u64::MAX, |e| e.sp);
         t.fast.key = self.summary_key(t);
     }
@@ -1857,7 +1965,7 @@ impl Runtime {
     /// context has a key), the top frame's `sp`, the last block's counter and Ir. Only with
     /// [`Runtime::inline_jumps`]. Integer-only.
     #[inline(always)]
-    pub fn inline_push(&self, t: &ThreadState, key: u64) {
+    pub fn inline_push(&self, t: &mut ThreadState, key: u64) {
         if !self.inline_jumps {
             return;
         }
@@ -1895,33 +2003,74 @@ impl Runtime {
         JUMP.prev_ret.store(prev_ret, Ordering::Relaxed);
         JUMP.run_ir
             .store(core::ptr::addr_of!(t.run[R_IR]) as u64, Ordering::Relaxed);
-        // The frames, as the fast paths planned their returns (taken only while collecting
-        // and outside skipped functions).
-        let (frame, base) = match (
-            t.stack.len().checked_sub(1),
-            t.collect && top_ok && !self.eager,
-        ) {
-            (Some(top), true) if t.nonskipped.is_none() => {
-                let base = t.stack.as_ptr();
-                (base.wrapping_add(top) as u64, base as u64)
+        // The frames, as the fast paths planned their returns, and the call case (taken only
+        // while collecting and outside skipped functions, once the shadow stack's spare
+        // capacity is initialised).
+        let frames = t.collect
+            && top_ok
+            && !self.eager
+            && t.nonskipped.is_none()
+            && t.stack.capacity() > 0
+            && t.stack.capacity() == t.spare_init;
+        let r = Ordering::Relaxed;
+        if frames {
+            let base = t.stack.as_mut_ptr();
+            let frame = match t.stack.len().checked_sub(1) {
+                Some(top) => base.wrapping_add(top) as u64,
+                None => EMPTY_FRAME.as_ptr() as u64,
+            };
+            JUMP.ret_frame.store(frame, r);
+            JUMP.stack_base_neg.store((base as u64).wrapping_neg(), r);
+            JUMP.stack_last
+                .store(base.wrapping_add(t.stack.capacity() - 1) as u64, r);
+            JUMP.fn_active.store(t.fn_active.as_mut_ptr() as u64, r);
+            let fb = t.fn_stack.as_mut_ptr();
+            JUMP.fn_base.store(fb as u64, r);
+            JUMP.fn_top.store(fb.wrapping_add(t.fn_stack.len()) as u64, r);
+            JUMP.fn_end
+                .store(fb.wrapping_add(t.fn_stack.capacity()) as u64, r);
+            let mut plan = 0;
+            if !f.last_bb.is_null() {
+                // SAFETY: a leaked BlockInfo.
+                let lbb = unsafe { &*f.last_bb };
+                if let (Exit::Call, true, Some(b)) = (lbb.exit, lbb.rep.is_empty(), t.last_bbcc) {
+                    if let Some(c) = self.bbccs.get(b as usize) {
+                        plan = &c.plan as *const CallPlan as u64;
+                    }
+                }
             }
-            _ => (EMPTY_FRAME.as_ptr() as u64, 0),
-        };
-        JUMP.ret_frame.store(frame, Ordering::Relaxed);
-        JUMP.stack_base_neg
-            .store(base.wrapping_neg(), Ordering::Relaxed);
+            JUMP.call_plan.store(plan, r);
+        } else {
+            JUMP.ret_frame.store(EMPTY_FRAME.as_ptr() as u64, r);
+            JUMP.stack_base_neg.store(0, r);
+            JUMP.call_plan.store(0, r);
+        }
     }
 
-    /// Disarms [`JUMP`] (both cases) before Rust code changes thread state.
+    /// Initialises the shadow stack's spare capacity (see [`Entry::SPARE`]) after it grew;
+    /// the slow path calls it (not integer-only).
+    fn init_spare(t: &mut ThreadState) {
+        if t.stack.capacity() != t.spare_init {
+            for slot in t.stack.spare_capacity_mut() {
+                slot.write(Entry::SPARE);
+            }
+            t.spare_init = t.stack.capacity();
+        }
+    }
+
+    /// Disarms [`JUMP`] (every case) before Rust code changes thread state.
     pub fn inline_disarm() {
         JUMP.expect.store(u64::MAX, Ordering::Relaxed);
         JUMP.ret_frame
             .store(EMPTY_FRAME.as_ptr() as u64, Ordering::Relaxed);
+        JUMP.stack_base_neg.store(0, Ordering::Relaxed);
+        JUMP.call_plan.store(0, Ordering::Relaxed);
     }
 
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
     pub fn setup(&mut self, t: &mut ThreadState, bb: &BlockInfo, sp: u64) {
         self.setup_slow(t, bb, sp);
+        Self::init_spare(t);
         self.refresh_fast(t);
     }
 
@@ -2015,7 +2164,7 @@ impl Runtime {
                 if ret_without_call || bb.is_entry || l_sect != bb.sect || l_obj != bb.obj {
                     if l_pop {
                         if let Some(top) = t.stack.last() {
-                            if let Some(j) = top.jcc {
+                            if let Some(j) = top.jcc.get() {
                                 from = Some(self.jccs[j as usize].from);
                                 sp = top.sp;
                                 self.pop(t);
@@ -2354,7 +2503,7 @@ impl Runtime {
             }
             let run = t.run;
             for e in t.stack.iter_mut() {
-                if let Some(j) = e.jcc {
+                if let Some(j) = e.jcc.get() {
                     add_diff(&mut self.jccs[j as usize].incl, &run, &e.enter_cost, n);
                     e.enter_cost = run;
                 }
