@@ -110,6 +110,8 @@ pub struct JumpState {
     pub fn_end: AtomicU64,
     /// The last frame slot the shadow stack's capacity holds.
     pub stack_last: AtomicU64,
+    /// Set to 1 by the call and return cases (the tool reads the stacks back only then).
+    pub stack_moved: AtomicU64,
     /// Where the tool's simulator routines count misses: the current cost centre's miss
     /// array (`*mut u64`; 0: nowhere). The inline path stores the entered block's
     /// `InlineRec::miss` here with `InlineJump::eager`.
@@ -142,6 +144,7 @@ impl JumpState {
             fn_top: AtomicU64::new(0),
             fn_end: AtomicU64::new(0),
             stack_last: AtomicU64::new(0),
+            stack_moved: AtomicU64::new(0),
             cur_miss: AtomicU64::new(0),
             stat: [const { AtomicU64::new(0) }; 4],
         }
@@ -281,6 +284,9 @@ pub struct InlineJump {
     /// A function's entry block: its inline path is the call case (`CallPlan`) instead of
     /// the jump and return cases.
     pub entry: bool,
+    /// The block may take the call case (with `entry`, it must); without `entry`, after the
+    /// jump and return cases.
+    pub call_case: bool,
     pub frame: FrameLayout,
     /// Eager charging (Callgrind with cache simulation): the entered block is charged when
     /// it is entered (its counter, `ir` and these further static costs into

@@ -109,6 +109,14 @@ enum SlowKind {
         jump: super::calltrack::InlineJump,
         fail: DynamicLabel,
     },
+    /// Callgrind's inline call case (`inline_call`) in a block that is no function entry,
+    /// reached when the return case did not apply (rax, rcx, rdx saved, the flags as the
+    /// guest had them): back to `back` when taken, else to `fail`.
+    InlineCall {
+        jump: super::calltrack::InlineJump,
+        fail: DynamicLabel,
+        flags_dead: bool,
+    },
     /// The same for an instruction fetch (constant address): on entry only rax and rcx are
     /// saved and the flags are live.
     FetchScan {
@@ -205,7 +213,14 @@ impl Plan {
 
     /// Upper bound on the bytes this plan adds to the translation.
     pub(crate) fn code_bound(&self) -> u64 {
-        640 * self.ops.len() as u64 + 64
+        // Callgrind's block-start routine with its inline jump, return and call cases is
+        // the largest op (~1.5 KiB).
+        let inline = self
+            .ops
+            .iter()
+            .filter(|o| matches!(o, Op::CallFallbackInline { .. }))
+            .count() as u64;
+        640 * self.ops.len() as u64 + 1024 * inline + 64
     }
 
     fn is_empty(&self) -> bool {
@@ -282,15 +297,34 @@ impl Plan {
                         a.new_dynamic_label(),
                         a.new_dynamic_label(),
                     );
+                    let flags_dead = !self.live[i];
                     if jump.entry {
-                        inline_call(a, &jump, (done, fail), !self.live[i]);
+                        inline_call(a, &jump, (done, fail), flags_dead, true);
                     } else {
-                        inline_jump(a, &jump, (done, try_ret, fail), !self.live[i]);
-                        // The return case is rarer: out of line, after the block.
+                        inline_jump(a, &jump, (done, try_ret, fail), flags_dead);
+                        // The return and call cases are rarer: out of line, after the block.
+                        let ret_fail = if jump.call_case {
+                            let try_call = a.new_dynamic_label();
+                            self.slow.push(Slow {
+                                entry: try_call,
+                                back: done,
+                                kind: SlowKind::InlineCall {
+                                    jump,
+                                    fail,
+                                    flags_dead,
+                                },
+                            });
+                            try_call
+                        } else {
+                            fail
+                        };
                         self.slow.push(Slow {
                             entry: try_ret,
                             back: done,
-                            kind: SlowKind::InlineRet { jump, fail },
+                            kind: SlowKind::InlineRet {
+                                jump,
+                                fail: ret_fail,
+                            },
                         });
                     }
                     self.call_fallback(a, i, fast, slow, arg1, arg2)?;
@@ -746,6 +780,7 @@ struct JumpOffsets {
     fn_top: i32,
     fn_end: i32,
     stack_last: i32,
+    stack_moved: i32,
     negk: i32,
     rcount: i32,
     rbbcc: i32,
@@ -822,6 +857,7 @@ const JUMP_OFF: JumpOffsets = {
         fn_top: offset_of!(S, fn_top) as i32,
         fn_end: offset_of!(S, fn_end) as i32,
         stack_last: offset_of!(S, stack_last) as i32,
+        stack_moved: offset_of!(S, stack_moved) as i32,
         negk: offset_of!(R, neg_key) as i32,
         rcount: offset_of!(R, count) as i32,
         rbbcc: offset_of!(R, bbcc) as i32,
@@ -927,6 +963,7 @@ fn inline_ret(
         fn_active,
         fn_base,
         fn_top,
+        stack_moved,
         ..
     } = JUMP_OFF;
     let fl = j.frame;
@@ -1005,6 +1042,7 @@ fn inline_ret(
         ; mov rax, QWORD [rdx + fn_base]
         ; lea rcx, [rax + rcx * 4]
         ; mov QWORD [rdx + fn_top], rcx
+        ; mov QWORD [rdx + stack_moved], 1
         ; mov rax, QWORD [rdx + frame]
         // The blocks that follow: the frame's key and next_sp.
         ; mov rcx, QWORD [rax + fl.next_sp]
@@ -1136,14 +1174,17 @@ fn arm_call_plan(a: &mut Asm, j: &super::calltrack::InlineJump, at: i32) {
     }
 }
 
-/// Callgrind: the call case of the block-start routine at a function's entry block (see
-/// `calltrack::CallPlan`). Goes to `done` when it applied; otherwise falls through to `fail`
+/// Callgrind: the call case of the block-start routine (see `calltrack::CallPlan`), at the
+/// start of a function's entry block (`at_start`: it saves rax, rcx, rdx itself, and falls
+/// through to `fail`, which it places, when the case does not apply), or out of line (they
+/// are saved; it jumps to `fail`, where they are restored). Goes to `done` when it applied,
 /// with every register and the flags as they were. Borrows rax, rcx, rdx, rbx, rsi.
 fn inline_call(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
     (done, fail): (DynamicLabel, DynamicLabel),
     flags_dead: bool,
+    at_start: bool,
 ) {
     let st = j.state as *const super::calltrack::JumpState as i64;
     let JumpOffsets {
@@ -1166,17 +1207,20 @@ fn inline_call(
         fn_top,
         fn_end,
         stack_last,
+        stack_moved,
         ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
     let fl = j.frame;
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
-    dynasm!(a
-        ; .arch x64
-        ; gs mov QWORD [IS0], rax
-        ; gs mov QWORD [IS1], rcx
-        ; gs mov QWORD [IS2], rdx
-    );
+    if at_start {
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS0], rax
+            ; gs mov QWORD [IS1], rcx
+            ; gs mov QWORD [IS2], rdx
+        );
+    }
     if !flags_dead {
         save_flags(a);
     }
@@ -1265,6 +1309,7 @@ fn inline_call(
         ; mov QWORD [rsi + fl.fn_sp], rcx
         ; mov QWORD [rdx + frame], rsi
         ; mov QWORD [rdx + top], rsp
+        ; mov QWORD [rdx + stack_moved], 1
         // The callee's function on the function stack.
         ; cmp QWORD [rax + p.push_fn], 0
         ; je >pushed
@@ -1316,13 +1361,17 @@ fn inline_call(
     if !flags_dead {
         restore_flags(a);
     }
-    dynasm!(a
-        ; .arch x64
-        ; =>fail
-        ; gs mov rdx, QWORD [IS2]
-        ; gs mov rcx, QWORD [IS1]
-        ; gs mov rax, QWORD [IS0]
-    );
+    if at_start {
+        dynasm!(a
+            ; .arch x64
+            ; =>fail
+            ; gs mov rdx, QWORD [IS2]
+            ; gs mov rcx, QWORD [IS1]
+            ; gs mov rax, QWORD [IS0]
+        );
+    } else {
+        dynasm!(a ; .arch x64 ; jmp =>fail);
+    }
 }
 
 /// Emits one out-of-line path: `s.entry`, then the code of its kind, which ends by jumping
@@ -1372,6 +1421,11 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             back,
         ),
         SlowKind::InlineRet { jump, fail } => inline_ret(a, &jump, back, fail),
+        SlowKind::InlineCall {
+            jump,
+            fail,
+            flags_dead,
+        } => inline_call(a, &jump, (back, fail), flags_dead, false),
         SlowKind::FetchScan {
             cache,
             after_miss,

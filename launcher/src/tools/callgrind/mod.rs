@@ -990,11 +990,17 @@ impl Tool for Callgrind {
         let (inline, eager) = self
             .runtime()
             .map_or((false, false), |rt| (rt.inline_jumps, rt.eager));
-        // A function's entry block takes the call case (`CallPlan`) where a fast-path call
-        // into it could: no trigger, toggle or skipped function, Ir only.
+        // The call case (`CallPlan`) where a fast-path call into the block could be made: no
+        // trigger, toggle or skipped function, Ir only. A function's entry block takes only
+        // that case; other blocks (calls into functions without symbols) try it after the
+        // jump and return cases.
         let fl = &bb.flags;
-        let call_case = !eager
-            && !(fl.skip || fl.dump_before || fl.zero_before || fl.toggle_collect || fl.dump_after);
+        let call_case = !(eager
+            || fl.skip
+            || fl.dump_before
+            || fl.zero_before
+            || fl.toggle_collect
+            || fl.dump_after);
         if inline && (!bb.is_entry || call_case) {
             // A plain jump into this block (or a call into it) is handled inline (see
             // `runtime::JUMP`).
@@ -1008,6 +1014,7 @@ impl Tool for Callgrind {
                 ends_ret: bb.plain_ret(),
                 ends_call: bb.exit == Exit::Call && bb.rep.is_empty(),
                 entry: bb.is_entry,
+                call_case,
                 frame: runtime::frame_layout(),
                 eager: self.runtime().filter(|rt| rt.eager).map(|rt| {
                     let n = rt.n_cost.min(N_STATIC);

@@ -1656,7 +1656,9 @@ impl Runtime {
         // What popping each frame does to `fn_active` (as `pop`): the callee function of its
         // arc, and whether it is decremented.
         let arc_of = |e: &Entry| -> Result<Option<(u32, bool)>, ()> {
-            let Some(j) = e.jcc.get() else { return Ok(None) };
+            let Some(j) = e.jcc.get() else {
+                return Ok(None);
+            };
             let jcc = self.jccs.get(j as usize).ok_or(())?;
             let (fb, tb) = (
                 self.bbccs.get(jcc.from as usize).ok_or(())?,
@@ -1773,7 +1775,8 @@ impl Runtime {
         };
         // (A frame that restores a skipped-function state is left to `setup`: copying the
         // `Option` would be done with a vector register.)
-        let (Some(j), Some(new_cxt), None) = (top.jcc.get(), top.cxt.get(), top.nonskipped.get()) else {
+        let (Some(j), Some(new_cxt), None) = (top.jcc.get(), top.cxt.get(), top.nonskipped.get())
+        else {
             return false;
         };
         let fn_sp = top.fn_sp;
@@ -1931,10 +1934,11 @@ impl Runtime {
             );
             core::ptr::write_volatile(core::ptr::addr_of_mut!(t.last_bbcc), Some(last));
         }
-        let base = JUMP.stack_base_neg.load(Ordering::Relaxed).wrapping_neg();
-        if base == 0 {
+        if JUMP.stack_moved.load(Ordering::Relaxed) == 0 {
             return;
         }
+        JUMP.stack_moved.store(0, Ordering::Relaxed);
+        let base = JUMP.stack_base_neg.load(Ordering::Relaxed).wrapping_neg();
         let frame = JUMP.ret_frame.load(Ordering::Relaxed);
         let depth = if frame == EMPTY_FRAME.as_ptr() as u64 {
             0
@@ -2026,7 +2030,8 @@ impl Runtime {
             JUMP.fn_active.store(t.fn_active.as_mut_ptr() as u64, r);
             let fb = t.fn_stack.as_mut_ptr();
             JUMP.fn_base.store(fb as u64, r);
-            JUMP.fn_top.store(fb.wrapping_add(t.fn_stack.len()) as u64, r);
+            JUMP.fn_top
+                .store(fb.wrapping_add(t.fn_stack.len()) as u64, r);
             JUMP.fn_end
                 .store(fb.wrapping_add(t.fn_stack.capacity()) as u64, r);
             let mut plan = 0;
