@@ -112,6 +112,9 @@ pub struct JumpState {
     pub stack_last: AtomicU64,
     /// Set to 1 by the call and return cases (the tool reads the stacks back only then).
     pub stack_moved: AtomicU64,
+    /// The skipped-function state (`u64::MAX`: none): the calling cost centre while a PLT
+    /// stub entered by the stub case runs (see `CallPlan::stub`).
+    pub nonskipped: AtomicU64,
     /// Where the tool's simulator routines count misses: the current cost centre's miss
     /// array (`*mut u64`; 0: nowhere). The inline path stores the entered block's
     /// `InlineRec::miss` here with `InlineJump::eager`.
@@ -145,6 +148,7 @@ impl JumpState {
             fn_end: AtomicU64::new(0),
             stack_last: AtomicU64::new(0),
             stack_moved: AtomicU64::new(0),
+            nonskipped: AtomicU64::new(u64::MAX),
             cur_miss: AtomicU64::new(0),
             stat: [const { AtomicU64::new(0) }; 4],
         }
@@ -182,6 +186,18 @@ pub struct InlineRec {
 /// enters the block with the planned cost centre (`callee_count`, `callee_bbcc`; its own
 /// plan `callee_plan`; `callee_expect` as `expect` when the block ends plainly).
 /// All fields are `u64`; ids are stored in the frames as `u32`.
+///
+/// A call through a skipped stub (a PLT stub with `--skip-plt=yes`: Callgrind charges the
+/// stub to the caller and makes the stub's jump into the library the call) has `stub`: the
+/// stub's block takes the *stub case* when the caller's block armed the plan and `[rsp]` is
+/// `ret_addr`: it charges the caller's block, pushes a frame without arc (`nonskipped`
+/// none, no return plan), enters the stub with the cost centre `stub_count`/`stub_bbcc`
+/// and sets `JumpState::nonskipped` to `from_bbcc`, leaving the plan armed. The callee's
+/// entry block then takes the call case in that state: the stub frame must be the top one
+/// at `rsp`; it charges the stub (its instructions, to the running Ir and to `*sink`,
+/// no execution), pushes the arc's frame with the stub frame's `sp`, `nonskipped` and
+/// `next_sp`, and clears the state. `drop` is the bytes the return case pops (one frame, or
+/// both frames of a stub call).
 #[repr(C)]
 pub struct CallPlan {
     /// The callee block (`InlineJump::bb`; 0: no plan).
@@ -201,6 +217,13 @@ pub struct CallPlan {
     pub callee_bbcc: AtomicU64,
     pub callee_plan: AtomicU64,
     pub callee_expect: AtomicU64,
+    pub drop: AtomicU64,
+    /// The stub block (0: a direct call).
+    pub stub: AtomicU64,
+    pub sink: AtomicU64,
+    pub stub_count: AtomicU64,
+    pub stub_bbcc: AtomicU64,
+    pub from_bbcc: AtomicU64,
 }
 
 impl CallPlan {
@@ -223,6 +246,12 @@ impl CallPlan {
             callee_bbcc: AtomicU64::new(0),
             callee_plan: AtomicU64::new(0),
             callee_expect: AtomicU64::new(u64::MAX),
+            drop: AtomicU64::new(0),
+            stub: AtomicU64::new(0),
+            sink: AtomicU64::new(0),
+            stub_count: AtomicU64::new(0),
+            stub_bbcc: AtomicU64::new(0),
+            from_bbcc: AtomicU64::new(0),
         }
     }
 }
@@ -287,6 +316,8 @@ pub struct InlineJump {
     /// The block may take the call case (with `entry`, it must); without `entry`, after the
     /// jump and return cases.
     pub call_case: bool,
+    /// A skipped function's block: its inline path is the stub case (`CallPlan::stub`).
+    pub stub: bool,
     pub frame: FrameLayout,
     /// Eager charging (Callgrind with cache simulation): the entered block is charged when
     /// it is entered (its counter, `ir` and these further static costs into
@@ -319,6 +350,8 @@ pub struct FrameLayout {
     pub active: i32,
     /// The function stack's depth at the call (`u64`).
     pub fn_sp: i32,
+    /// The bytes the return case pops (`u64`: one frame, or a stub call's two).
+    pub drop: i32,
     /// A frame no block matches (its return address and key are `u64::MAX`), made the top
     /// one when the bottom frame is popped.
     pub empty_frame: u64,

@@ -298,7 +298,9 @@ impl Plan {
                         a.new_dynamic_label(),
                     );
                     let flags_dead = !self.live[i];
-                    if jump.entry {
+                    if jump.stub {
+                        inline_stub(a, &jump, (done, fail), flags_dead);
+                    } else if jump.entry {
                         inline_call(a, &jump, (done, fail), flags_dead, true);
                     } else {
                         inline_jump(a, &jump, (done, try_ret, fail), flags_dead);
@@ -781,6 +783,7 @@ struct JumpOffsets {
     fn_end: i32,
     stack_last: i32,
     stack_moved: i32,
+    nonskipped: i32,
     negk: i32,
     rcount: i32,
     rbbcc: i32,
@@ -807,6 +810,12 @@ struct PlanOffsets {
     callee_bbcc: i32,
     callee_plan: i32,
     callee_expect: i32,
+    drop: i32,
+    stub: i32,
+    sink: i32,
+    stub_count: i32,
+    stub_bbcc: i32,
+    from_bbcc: i32,
 }
 
 const PLAN_OFF: PlanOffsets = {
@@ -829,6 +838,12 @@ const PLAN_OFF: PlanOffsets = {
         callee_bbcc: offset_of!(P, callee_bbcc) as i32,
         callee_plan: offset_of!(P, callee_plan) as i32,
         callee_expect: offset_of!(P, callee_expect) as i32,
+        drop: offset_of!(P, drop) as i32,
+        stub: offset_of!(P, stub) as i32,
+        sink: offset_of!(P, sink) as i32,
+        stub_count: offset_of!(P, stub_count) as i32,
+        stub_bbcc: offset_of!(P, stub_bbcc) as i32,
+        from_bbcc: offset_of!(P, from_bbcc) as i32,
     }
 };
 
@@ -858,6 +873,7 @@ const JUMP_OFF: JumpOffsets = {
         fn_end: offset_of!(S, fn_end) as i32,
         stack_last: offset_of!(S, stack_last) as i32,
         stack_moved: offset_of!(S, stack_moved) as i32,
+        nonskipped: offset_of!(S, nonskipped) as i32,
         negk: offset_of!(R, neg_key) as i32,
         rcount: offset_of!(R, count) as i32,
         rbbcc: offset_of!(R, bbcc) as i32,
@@ -1055,11 +1071,14 @@ fn inline_ret(
     }
     dynasm!(a
         ; .arch x64
-        // The frame below becomes the top one; below the bottom frame, the empty frame.
+        // The frame `drop` bytes below becomes the top one; below the bottom frame, the
+        // empty frame.
+        ; mov rcx, QWORD [rax + fl.drop]
+        ; not rcx
+        ; lea rax, [rax + rcx + 1]
         ; mov rcx, QWORD [rdx + base_neg]
-        ; lea rcx, [rcx + rax]
+        ; lea rcx, [rcx + rax + fl.size]
         ; jrcxz =>bottom
-        ; lea rax, [rax - fl.size]
         ; jmp =>popped
         ; =>bottom
         ; mov rax, QWORD fl.empty_frame as i64
@@ -1186,10 +1205,8 @@ fn inline_call(
     flags_dead: bool,
     at_start: bool,
 ) {
-    let st = j.state as *const super::calltrack::JumpState as i64;
     let JumpOffsets {
         expect,
-        owner,
         top,
         lcount,
         lir,
@@ -1199,15 +1216,13 @@ fn inline_call(
         bbs,
         prev_ret,
         frame,
-        base_neg,
         run_ir,
-        call_plan,
         fn_active,
         fn_base,
         fn_top,
         fn_end,
-        stack_last,
         stack_moved,
+        nonskipped,
         ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
@@ -1224,26 +1239,23 @@ fn inline_call(
     if !flags_dead {
         save_flags(a);
     }
+    plan_checks(a, j, fail_here);
     dynasm!(a
         ; .arch x64
-        ; mov rdx, QWORD st
-        ; gs mov rcx, QWORD [OFF_SELF as i32]
-        ; add rcx, QWORD [rdx + owner]
-        ; jnz =>fail_here
-        ; mov rax, QWORD [rdx + call_plan]
-        ; test rax, rax
-        ; jz =>fail_here
-        ; mov rcx, QWORD j.bb as i64
-        ; cmp rcx, QWORD [rax + p.callee]
+        // A direct call: nothing to unwind and the frame below stays (rsp + 8 <= top_sp).
+        // Through a stub (the stub case ran): the stub's frame is the top one, at rsp.
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; jne >via_stub
+        ; cmp QWORD [rax + p.stub], 0
         ; jne =>fail_here
-        ; mov rcx, QWORD [rax + p.ret_addr]
-        ; cmp rcx, QWORD [rsp]
-        ; jne =>fail_here
-        ; cmp QWORD [rdx + base_neg], 0
-        ; je =>fail_here
         ; lea rcx, [rsp + 8]
         ; cmp rcx, QWORD [rdx + top]
         ; ja =>fail_here
+        ; jmp >placed
+        ; via_stub:
+        ; cmp rsp, QWORD [rdx + top]
+        ; jne =>fail_here
+        ; placed:
         ; gs mov QWORD [IS3], rbx
         ; gs mov QWORD [IS4], rsi
         // The recursion level: the activation count in lo ..= lo + span.
@@ -1254,29 +1266,33 @@ fn inline_call(
         ; sub ecx, DWORD [rax + p.lo]
         ; cmp ecx, DWORD [rax + p.span]
         ; ja =>fail_saved
-        // The new frame's slot, and room on both stacks.
-        ; mov rsi, QWORD [rdx + frame]
-        ; mov rcx, QWORD fl.empty_frame as i64
-        ; cmp rsi, rcx
-        ; jne >above
-        ; mov rsi, QWORD [rdx + base_neg]
-        ; neg rsi
-        ; jmp >slot
-        ; above:
-        ; add rsi, fl.size
-        ; slot:
-        ; cmp rsi, QWORD [rdx + stack_last]
-        ; ja =>fail_saved
+    );
+    frame_slot(a, j, fail_saved);
+    dynasm!(a
+        ; .arch x64
         ; mov rcx, QWORD [rdx + fn_top]
         ; cmp rcx, QWORD [rdx + fn_end]
         ; jae =>fail_saved
-        // Commit: charge the previous block, as the jump case does.
+        // Commit: charge the previous block, as the jump case does, or the stub: to the
+        // caller's skipped-cost sink, without an execution.
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; jne >stub_charge
         ; mov rcx, QWORD [rdx + lcount]
         ; inc QWORD [rcx]
         ; mov rcx, QWORD [rdx + lir]
         ; add QWORD [rdx + ir], rcx
+        ; jmp >charged
+        ; stub_charge:
+        ; mov rcx, QWORD [rax + p.sink]
+        ; mov rbx, QWORD [rdx + lir]
+        ; add QWORD [rcx], rbx
+        ; add QWORD [rdx + ir], rbx
+        ; mov rbx, QWORD [rax + p.to_fn]
+        ; shl rbx, 2
+        ; add rbx, QWORD [rdx + fn_active]
+        ; charged:
         ; inc QWORD [rdx + bbs]
-        // The frame.
+        // The frame (after a stub: at its sp, with its skipped state and next_sp).
         ; mov ecx, DWORD [rbx]
         ; mov DWORD [rsi + fl.active], ecx
         ; mov ecx, DWORD [rax + p.inc]
@@ -1289,7 +1305,8 @@ fn inline_call(
         ; mov DWORD [rsi + fl.arc], ecx
         ; mov rcx, QWORD [rax + p.caller_cxt]
         ; mov DWORD [rsi + fl.cxt], ecx
-        ; mov DWORD [rsi + fl.nonskipped], -1
+        ; mov rcx, QWORD [rdx + nonskipped]
+        ; mov DWORD [rsi + fl.nonskipped], ecx
         ; mov QWORD [rsi + fl.sp], rsp
         ; mov rcx, QWORD [rax + p.ret_addr]
         ; mov QWORD [rsi + fl.ret_addr], rcx
@@ -1297,7 +1314,14 @@ fn inline_call(
         ; mov QWORD [rsi + fl.key], rcx
         ; mov rcx, QWORD [rax + p.arc_incl]
         ; mov QWORD [rsi + fl.incl], rcx
+        ; mov rcx, QWORD [rax + p.drop]
+        ; mov QWORD [rsi + fl.drop], rcx
         ; mov rcx, QWORD [rdx + top]
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; je >next_sp
+        ; mov rcx, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rcx + fl.next_sp]
+        ; next_sp:
         ; mov QWORD [rsi + fl.next_sp], rcx
         ; mov rcx, QWORD [rdx + run_ir]
         ; mov rcx, QWORD [rcx]
@@ -1310,6 +1334,7 @@ fn inline_call(
         ; mov QWORD [rdx + frame], rsi
         ; mov QWORD [rdx + top], rsp
         ; mov QWORD [rdx + stack_moved], 1
+        ; mov QWORD [rdx + nonskipped], -1
         // The callee's function on the function stack.
         ; cmp QWORD [rax + p.push_fn], 0
         ; je >pushed
@@ -1339,6 +1364,86 @@ fn inline_call(
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
     arm_call_plan(a, j, p.callee_plan);
+    case_exits(
+        a,
+        (done, fail),
+        (fail_here, fail_saved),
+        flags_dead,
+        at_start,
+    );
+}
+
+/// The checks every case on a `CallPlan` starts with (flags saved, rax/rcx/rdx free):
+/// rdx = the state, rax = the armed plan, which names this block (`callee`, or `stub` for
+/// the stub case) and whose return address is `[rsp]`, the running thread owns the state
+/// and the frame cases are armed. Else to `fail`.
+fn plan_checks(a: &mut Asm, j: &super::calltrack::InlineJump, fail: DynamicLabel) {
+    let st = j.state as *const super::calltrack::JumpState as i64;
+    let JumpOffsets {
+        owner,
+        call_plan,
+        base_neg,
+        ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
+    let target = if j.stub { p.stub } else { p.callee };
+    dynasm!(a
+        ; .arch x64
+        ; mov rdx, QWORD st
+        ; gs mov rcx, QWORD [OFF_SELF as i32]
+        ; add rcx, QWORD [rdx + owner]
+        ; jnz =>fail
+        ; mov rax, QWORD [rdx + call_plan]
+        ; test rax, rax
+        ; jz =>fail
+        ; mov rcx, QWORD j.bb as i64
+        ; cmp rcx, QWORD [rax + target]
+        ; jne =>fail
+        ; mov rcx, QWORD [rax + p.ret_addr]
+        ; cmp rcx, QWORD [rsp]
+        ; jne =>fail
+        ; cmp QWORD [rdx + base_neg], 0
+        ; je =>fail
+    );
+}
+
+/// rsi = the slot of a new frame above the top one (rbx and rsi saved); to `fail` when the
+/// shadow stack's capacity has none.
+fn frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail: DynamicLabel) {
+    let JumpOffsets {
+        frame,
+        base_neg,
+        stack_last,
+        ..
+    } = JUMP_OFF;
+    let fl = j.frame;
+    dynasm!(a
+        ; .arch x64
+        ; mov rsi, QWORD [rdx + frame]
+        ; mov rcx, QWORD fl.empty_frame as i64
+        ; cmp rsi, rcx
+        ; jne >above
+        ; mov rsi, QWORD [rdx + base_neg]
+        ; neg rsi
+        ; jmp >slot
+        ; above:
+        ; add rsi, fl.size
+        ; slot:
+        ; cmp rsi, QWORD [rdx + stack_last]
+        ; ja =>fail
+    );
+}
+
+/// The ways out of a plan case: rsi, rbx, the flags and rax/rcx/rdx restored, to `done`;
+/// `fail_saved` (rbx and rsi saved) and `fail_here` lead to `fail` (placed here when
+/// `at_start`).
+fn case_exits(
+    a: &mut Asm,
+    (done, fail): (DynamicLabel, DynamicLabel),
+    (fail_here, fail_saved): (DynamicLabel, DynamicLabel),
+    flags_dead: bool,
+    at_start: bool,
+) {
     dynasm!(a
         ; .arch x64
         ; gs mov rsi, QWORD [IS4]
@@ -1372,6 +1477,104 @@ fn inline_call(
     } else {
         dynasm!(a ; .arch x64 ; jmp =>fail);
     }
+}
+
+/// Callgrind: the stub case at the start of a skipped function's block (see
+/// `calltrack::CallPlan::stub`), as `inline_call` at a block's start.
+fn inline_stub(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    (done, fail): (DynamicLabel, DynamicLabel),
+    flags_dead: bool,
+) {
+    let JumpOffsets {
+        expect,
+        top,
+        lcount,
+        lir,
+        lbb,
+        lbbcc,
+        ir,
+        bbs,
+        prev_ret,
+        frame,
+        run_ir,
+        fn_base,
+        fn_top,
+        stack_moved,
+        nonskipped,
+        ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
+    let fl = j.frame;
+    let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS0], rax
+        ; gs mov QWORD [IS1], rcx
+        ; gs mov QWORD [IS2], rdx
+    );
+    if !flags_dead {
+        save_flags(a);
+    }
+    plan_checks(a, j, fail_here);
+    dynasm!(a
+        ; .arch x64
+        ; lea rcx, [rsp + 8]
+        ; cmp rcx, QWORD [rdx + top]
+        ; ja =>fail_here
+        ; gs mov QWORD [IS3], rbx
+        ; gs mov QWORD [IS4], rsi
+    );
+    frame_slot(a, j, fail_saved);
+    dynasm!(a
+        ; .arch x64
+        // Commit: charge the caller's block, as the jump case does.
+        ; mov rcx, QWORD [rdx + lcount]
+        ; inc QWORD [rcx]
+        ; mov rcx, QWORD [rdx + lir]
+        ; add QWORD [rdx + ir], rcx
+        ; inc QWORD [rdx + bbs]
+        // The stub's frame: no arc, no return plan.
+        ; mov DWORD [rsi + fl.arc], -1
+        ; mov rcx, QWORD [rax + p.caller_cxt]
+        ; mov DWORD [rsi + fl.cxt], ecx
+        ; mov DWORD [rsi + fl.nonskipped], -1
+        ; mov DWORD [rsi + fl.to_fn], 0
+        ; mov DWORD [rsi + fl.active], 0
+        ; mov QWORD [rsi + fl.sp], rsp
+        ; mov rcx, QWORD [rax + p.ret_addr]
+        ; mov QWORD [rsi + fl.ret_addr], rcx
+        ; mov QWORD [rsi + fl.key], -1
+        ; mov QWORD [rsi + fl.incl], 0
+        ; mov QWORD [rsi + fl.drop], 0
+        ; mov rcx, QWORD [rdx + top]
+        ; mov QWORD [rsi + fl.next_sp], rcx
+        ; mov rcx, QWORD [rdx + run_ir]
+        ; mov rcx, QWORD [rcx]
+        ; add rcx, QWORD [rdx + ir]
+        ; mov QWORD [rsi + fl.enter_ir], rcx
+        ; mov rcx, QWORD [rdx + fn_top]
+        ; sub rcx, QWORD [rdx + fn_base]
+        ; shr rcx, 2
+        ; mov QWORD [rsi + fl.fn_sp], rcx
+        ; mov QWORD [rdx + frame], rsi
+        ; mov QWORD [rdx + top], rsp
+        ; mov QWORD [rdx + stack_moved], 1
+        ; mov rcx, QWORD [rax + p.from_bbcc]
+        ; mov QWORD [rdx + nonskipped], rcx
+        // The stub, with its cost centre, is the last block; the plan stays armed.
+        ; mov rcx, QWORD [rax + p.stub_count]
+        ; mov QWORD [rdx + lcount], rcx
+        ; mov rcx, QWORD [rax + p.stub_bbcc]
+        ; mov QWORD [rdx + lbbcc], rcx
+        ; mov rcx, QWORD j.bb as i64
+        ; mov QWORD [rdx + lbb], rcx
+        ; mov QWORD [rdx + lir], j.ir as i32
+        ; mov QWORD [rdx + prev_ret], 1
+        ; mov QWORD [rdx + expect], -1
+    );
+    case_exits(a, (done, fail), (fail_here, fail_saved), flags_dead, true);
 }
 
 /// Emits one out-of-line path: `s.entry`, then the code of its kind, which ends by jumping

@@ -1001,7 +1001,11 @@ impl Tool for Callgrind {
             || fl.zero_before
             || fl.toggle_collect
             || fl.dump_after);
-        if inline && (!bb.is_entry || call_case) {
+        // A skipped function's first block (a PLT stub's) takes the stub case instead.
+        let stub = !eager
+            && fl.skip
+            && (bb.is_entry || bb.sect == dumper::symbols::SectionKind::Plt as u8);
+        if inline && (!bb.is_entry || call_case || stub) {
             // A plain jump into this block (or a call into it) is handled inline (see
             // `runtime::JUMP`).
             let jump = InlineJump {
@@ -1015,6 +1019,7 @@ impl Tool for Callgrind {
                 ends_call: bb.exit == Exit::Call && bb.rep.is_empty(),
                 entry: bb.is_entry,
                 call_case,
+                stub,
                 frame: runtime::frame_layout(),
                 eager: self.runtime().filter(|rt| rt.eager).map(|rt| {
                     let n = rt.n_cost.min(N_STATIC);

@@ -290,6 +290,26 @@ fn level_index(recs: u32, active: Option<u32>) -> Option<u32> {
     }
 }
 
+/// The activation counts (before a call) that give the callee's cost centre recursion
+/// level index `idx` in a context separating `recs` levels, when the call adds `inc` (0 or
+/// 1): `(lo, hi)`, as [`level_index`] computes levels.
+#[inline(always)]
+fn level_range(recs: u32, idx: u32, inc: u32) -> (u32, u32) {
+    if recs <= 1 {
+        (0, u32::MAX - inc)
+    } else if idx + 1 < recs {
+        (idx + 1 - inc, idx + 1 - inc)
+    } else {
+        (recs - inc, u32::MAX - inc)
+    }
+}
+
+/// A frame's context field as the inline call path writes it (`u32::MAX`: none).
+#[inline(always)]
+fn plan_cxt(c: Option<u32>) -> u64 {
+    u64::from(Id::of(c).0)
+}
+
 /// The key of a (context, recursion level, thread partition) triple in
 /// [`BlockInfo::fast_key`] and [`Fast`]; `u64::MAX` (never cached) when a level or partition
 /// does not fit its bits.
@@ -479,6 +499,8 @@ struct Entry {
     /// The arc's inclusive Ir (`*mut u64`) and `top_sp` once this frame is popped.
     plan_incl: u64,
     plan_next_sp: u64,
+    /// The bytes the inline return path pops: this frame, or with a stub call's frame below.
+    plan_drop: u64,
     enter_cost: [u64; RUN],
 }
 
@@ -497,6 +519,7 @@ impl Entry {
         plan_key: u64::MAX,
         plan_incl: 0,
         plan_next_sp: 0,
+        plan_drop: 0,
         enter_cost: [0; RUN],
     };
 }
@@ -541,6 +564,7 @@ struct Plan {
     active: u32,
     incl: u64,
     next_sp: u64,
+    drop: u64,
 }
 
 /// The plan of a frame the inline return path does not pop.
@@ -550,7 +574,11 @@ const NO_PLAN: Plan = Plan {
     active: 0,
     incl: 0,
     next_sp: 0,
+    drop: 0,
 };
+
+/// A frame's size, the bytes the inline return path pops for one frame.
+const FRAME: u64 = core::mem::size_of::<Entry>() as u64;
 
 /// The frame the inline return path sees below the bottom one, or when disarmed: no block
 /// has its return address or key.
@@ -574,6 +602,7 @@ pub fn frame_layout() -> dbt_core::tool::FrameLayout {
         to_fn: offset_of!(Entry, plan_to_fn) as i32,
         active: offset_of!(Entry, plan_active) as i32,
         fn_sp: offset_of!(Entry, fn_sp) as i32,
+        drop: offset_of!(Entry, plan_drop) as i32,
         empty_frame: EMPTY_FRAME.as_ptr() as u64,
     }
 }
@@ -1008,6 +1037,7 @@ impl Runtime {
             plan_active: 0,
             plan_incl: 0,
             plan_next_sp: 0,
+            plan_drop: 0,
         });
         if !skip {
             t.nonskipped = None;
@@ -1228,6 +1258,7 @@ impl Runtime {
             active: a_old,
             incl,
             next_sp: below.min(i64::MAX as u64),
+            drop: FRAME,
         };
         let ret_key = if fl.dump_after {
             u64::MAX
@@ -1245,13 +1276,7 @@ impl Runtime {
         // whenever no skipped function is active.
         if self.inline_jumps && !self.eager && push_fn == (from_fn != to_fn) {
             let inc = a_new.wrapping_sub(a_old);
-            let (lo, hi) = if recs <= 1 {
-                (0, u32::MAX - inc)
-            } else if idx + 1 < recs {
-                (idx + 1 - inc, idx + 1 - inc)
-            } else {
-                (recs - inc, u32::MAX - inc)
-            };
+            let (lo, hi) = level_range(recs, idx, inc);
             let callee_plan = match self.bbccs.get(to as usize) {
                 Some(c) => &c.plan as *const CallPlan as u64,
                 None => return true,
@@ -1281,6 +1306,8 @@ impl Runtime {
             p.callee_expect
                 .store(inline_key(bkey, bb.obj, bb.sect).unwrap_or(u64::MAX), r);
             p.arc_count.store(arc_count, r);
+            p.drop.store(FRAME, r);
+            p.stub.store(0, r);
         }
         true
     }
@@ -1323,6 +1350,7 @@ impl Runtime {
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_active), plan.active);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_incl), plan.incl);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_next_sp), plan.next_sp);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_drop), plan.drop);
             let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
             for k in 0..RUN {
                 let v = if k < self.n_cost { t.run[k] } else { 0 };
@@ -1566,7 +1594,7 @@ impl Runtime {
         if last_fn != from_fn {
             return false;
         }
-        let Some((_, a_new, idx)) = self.call_level(t, from_fn, to_fn, recs) else {
+        let Some((a_old, a_new, idx)) = self.call_level(t, from_fn, to_fn, recs) else {
             return false;
         };
         if bkey != fast_key(new_cxt, idx, t.th) {
@@ -1577,6 +1605,7 @@ impl Runtime {
             return false;
         };
         let last_call = (fbcc.last_call[0], fbcc.last_call[1]);
+        let (from_rec, from_th) = (fbcc.rec, fbcc.th);
         // SAFETY: cost centres point at leaked BlockInfo values.
         let fb = unsafe { &*fbcc.bb };
         let ret_addr = if fb.exit == Exit::Call { fb.end } else { 0 };
@@ -1611,13 +1640,93 @@ impl Runtime {
             jc.count = jc.count.wrapping_add(1);
         }
         let (old_cxt, old_ns) = (Self::opt(&t.cxt), Self::opt(&t.nonskipped));
-        self.push_frame(t, Some(j), frame_sp, ret_addr, old_cxt, old_ns, NO_PLAN);
+        // The jump out of a stub a call entered (the stub's frame on top, at this sp, with
+        // the call's return address and no skipped state below it): the return pops both
+        // frames inline, and the whole call can be made inline next time (`CallPlan::stub`).
+        let via_stub = match (old_ns, n.checked_sub(1).and_then(|i| t.stack.get(i))) {
+            (Some(ns), Some(f1)) if ns == from && fb.exit == Exit::Call => {
+                f1.jcc.get().is_none()
+                    && f1.nonskipped.get().is_none()
+                    && f1.sp == frame_sp
+                    && f1.ret_addr == ret_addr
+            }
+            _ => false,
+        };
+        let below = n
+            .checked_sub(2)
+            .and_then(|i| t.stack.get(i))
+            .map_or(u64::MAX, |e| e.sp);
+        let ret_key = match (via_stub, old_cxt) {
+            (true, Some(c)) if !fl.dump_after && below >= frame_sp.saturating_add(8) => {
+                inline_key(fast_key(c, from_rec, from_th), fb.obj, fb.sect)
+            }
+            _ => None,
+        };
+        let incl = self
+            .jccs
+            .get_mut(j as usize)
+            .map_or(0, |jc| core::ptr::addr_of_mut!(jc.incl[R_IR]) as u64);
+        let plan = match ret_key {
+            Some(key) if incl != 0 => Plan {
+                key,
+                to_fn,
+                active: a_old,
+                incl,
+                next_sp: below.min(i64::MAX as u64),
+                drop: 2 * FRAME,
+            },
+            _ => NO_PLAN,
+        };
+        let stub_count = t.fast.last_count as u64;
+        self.push_frame(t, Some(j), frame_sp, ret_addr, old_cxt, old_ns, plan);
         if push_fn {
             Self::push_fn(t, bb.fn_id);
         }
         t.nonskipped = None;
         t.cxt = Some(new_cxt);
         self.enter_fast(t, bb, frame_sp);
+        if plan.key != u64::MAX && self.inline_jumps && !self.eager && push_fn == (from_fn != to_fn)
+        {
+            let inc = a_new.wrapping_sub(a_old);
+            let (lo, hi) = level_range(recs, idx, inc);
+            let (Some(tc), Some(jc)) = (self.bbccs.get(to as usize), self.jccs.get(j as usize))
+            else {
+                return true;
+            };
+            let (callee_plan, arc_count) = (
+                &tc.plan as *const CallPlan as u64,
+                &jc.count as *const u64 as u64,
+            );
+            let Some(fc) = self.bbccs.get_mut(from as usize) else {
+                return true;
+            };
+            let sink = core::ptr::addr_of_mut!(fc.skipped[R_IR]) as u64;
+            let p = &fc.plan;
+            let r = Ordering::Relaxed;
+            p.callee.store(bb as *const BlockInfo as u64, r);
+            p.ret_addr.store(ret_addr, r);
+            p.to_fn.store(u64::from(to_fn), r);
+            p.lo.store(u64::from(lo), r);
+            p.span.store(u64::from(hi - lo), r);
+            p.inc.store(u64::from(inc), r);
+            p.push_fn.store(u64::from(push_fn), r);
+            p.arc.store(u64::from(j), r);
+            p.arc_count.store(arc_count, r);
+            p.arc_incl.store(incl, r);
+            p.caller_cxt.store(plan_cxt(old_cxt), r);
+            p.ret_key.store(plan.key, r);
+            p.callee_count.store(bb.fast_count.get() as u64, r);
+            p.callee_bbcc.store(u64::from(to), r);
+            p.callee_plan.store(callee_plan, r);
+            p.callee_expect
+                .store(inline_key(bkey, bb.obj, bb.sect).unwrap_or(u64::MAX), r);
+            p.drop.store(2 * FRAME, r);
+            p.sink.store(sink, r);
+            p.stub_count.store(stub_count, r);
+            p.stub_bbcc.store(u64::from(last), r);
+            p.from_bbcc.store(u64::from(from), r);
+            p.stub.store(lbb as *const BlockInfo as u64, r);
+        }
         true
     }
 
@@ -1896,7 +2005,8 @@ impl Runtime {
     /// belongs to): blocks executed, running Ir, the last block and its cost centre, and,
     /// when the call and return cases were armed, the lengths of the shadow stack and the
     /// function stack (whose contents and the activation counts they kept up to date) and
-    /// the context (the last cost centre's). Integer-only (the fast path calls it).
+    /// the context (the last cost centre's) and the skipped-function state. Integer-only (the
+    /// fast path calls it).
     #[inline(always)]
     pub fn inline_pull(&mut self, t: &mut ThreadState) {
         let n = JUMP.bbs.load(Ordering::Relaxed);
@@ -1958,8 +2068,13 @@ impl Runtime {
             t.fn_stack.set_len(fn_depth);
         }
         let cxt = self.bbccs.get(last as usize).map(|c| c.cxt);
-        // SAFETY: a plain write to the thread's own field (volatile: no vector code).
-        unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!(t.cxt), cxt) };
+        let ns = JUMP.nonskipped.load(Ordering::Relaxed);
+        let ns = (ns != u64::MAX).then_some(ns as u32);
+        // SAFETY: plain writes to the thread's own fields (volatile: no vector code).
+        unsafe {
+            core::ptr::write_volatile(core::ptr::addr_of_mut!(t.cxt), cxt);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!(t.nonskipped), ns);
+        }
         t.fast.top_sp = t.stack.last().map_or(u64::MAX, |e| e.sp);
         t.fast.key = self.summary_key(t);
     }
@@ -2017,6 +2132,7 @@ impl Runtime {
             && t.stack.capacity() > 0
             && t.stack.capacity() == t.spare_init;
         let r = Ordering::Relaxed;
+        JUMP.nonskipped.store(u64::MAX, r);
         if frames {
             let base = t.stack.as_mut_ptr();
             let frame = match t.stack.len().checked_sub(1) {
@@ -2070,6 +2186,7 @@ impl Runtime {
             .store(EMPTY_FRAME.as_ptr() as u64, Ordering::Relaxed);
         JUMP.stack_base_neg.store(0, Ordering::Relaxed);
         JUMP.call_plan.store(0, Ordering::Relaxed);
+        JUMP.nonskipped.store(u64::MAX, Ordering::Relaxed);
     }
 
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
