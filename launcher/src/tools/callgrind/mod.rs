@@ -531,6 +531,8 @@ impl Callgrind {
             last: std::cell::Cell::new((u32::MAX, u32::MAX, u32::MAX)),
             fast_key: std::cell::Cell::new(u64::MAX),
             fast_count: std::cell::Cell::new(core::ptr::null_mut()),
+            alt_key: std::cell::Cell::new(u64::MAX),
+            alt_bbcc: std::cell::Cell::new(u32::MAX),
             plain_exit: exit == Exit::Other && n_rep == 0,
             jump,
             rep_cond: b

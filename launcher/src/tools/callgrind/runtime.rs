@@ -234,6 +234,10 @@ pub struct BlockInfo {
     /// the cost centre's execution counter.
     pub fast_key: Cell<u64>,
     pub fast_count: Cell<*mut u64>,
+    /// The entry before: its `fast_key` (`u64::MAX`: none) and cost centre, swapped back in
+    /// when the block runs in that context again (recursion levels alternate).
+    pub alt_key: Cell<u64>,
+    pub alt_bbcc: Cell<u32>,
     /// `exit == Other` and no `rep` instruction: the next block may take the fast path.
     pub plain_exit: bool,
     /// `--collect-jumps`: the final exit's kind.
@@ -786,25 +790,68 @@ impl Runtime {
         if lc == cxt && lr == rec && lb != u32::MAX && self.bbccs[lb as usize].th == th {
             return lb;
         }
+        let key = fast_key(cxt, rec, th);
+        if self.cached_as(bb, key) {
+            return bb.last.get().2;
+        }
         let b = self.get_bbcc_slow(bb, cxt, rec, th);
-        bb.last.set((cxt, rec, b));
-        bb.fast_key.set(fast_key(cxt, rec, th));
-        let c = &mut self.bbccs[b as usize];
-        bb.fast_count.set(&mut c.count);
-        let miss = Self::miss_ptr(c);
-        let ik = inline_key(bb.fast_key.get(), bb.obj, bb.sect)
+        self.cache_bbcc(bb, b);
+        b
+    }
+
+    /// Whether `bb`'s cached cost centre has fast key `key`, after swapping the block's
+    /// older entry in when it has. Integer-only (the fast path calls it).
+    #[inline(always)]
+    fn cached_as(&self, bb: &BlockInfo, key: u64) -> bool {
+        if key == u64::MAX {
+            return false;
+        }
+        if bb.fast_key.get() == key {
+            return true;
+        }
+        if bb.alt_key.get() != key {
+            return false;
+        }
+        self.cache_bbcc(bb, bb.alt_bbcc.get());
+        true
+    }
+
+    /// Makes cost centre `b` (of block `bb`) the block's cached one, the one it replaces
+    /// the older entry: `last`, `fast_key`, `fast_count` and the inline path's record.
+    /// Integer-only (the fast path calls it through [`Runtime::cached_as`]).
+    #[inline(always)]
+    fn cache_bbcc(&self, bb: &BlockInfo, b: u32) {
+        let Some(c) = self.bbccs.get(b as usize) else {
+            return;
+        };
+        let (old_key, old_b) = (bb.fast_key.get(), bb.last.get().2);
+        bb.alt_key.set(old_key);
+        bb.alt_bbcc.set(old_b);
+        let key = fast_key(c.cxt, c.rec, c.th);
+        // SAFETY: the cell's own storage; three integer writes (no vector code).
+        unsafe {
+            let last = bb.last.as_ptr();
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*last).0), c.cxt);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*last).1), c.rec);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*last).2), b);
+        }
+        bb.fast_key.set(key);
+        let count = core::ptr::addr_of!(c.count) as *mut u64;
+        bb.fast_count.set(count);
+        let miss = if c.miss.is_empty() {
+            0
+        } else {
+            c.miss.as_ptr() as u64
+        };
+        let ik = inline_key(key, bb.obj, bb.sect)
             .filter(|_| !bb.is_entry)
             .unwrap_or(u64::MAX - 1);
-        bb.jrec
-            .count
-            .store(&mut c.count as *mut u64 as u64, Ordering::Relaxed);
-        bb.jrec.bbcc.store(u64::from(b), Ordering::Relaxed);
-        bb.jrec.miss.store(miss as u64, Ordering::Relaxed);
-        bb.jrec
-            .plan
-            .store(&c.plan as *const CallPlan as u64, Ordering::Relaxed);
-        bb.jrec.neg_key.store(ik.wrapping_neg(), Ordering::Relaxed);
-        b
+        let r = Ordering::Relaxed;
+        bb.jrec.count.store(count as u64, r);
+        bb.jrec.bbcc.store(u64::from(b), r);
+        bb.jrec.miss.store(miss, r);
+        bb.jrec.plan.store(&c.plan as *const CallPlan as u64, r);
+        bb.jrec.neg_key.store(ik.wrapping_neg(), r);
     }
 
     fn get_bbcc_slow(&mut self, bb: &BlockInfo, cxt: u32, rec: u32, th: u32) -> u32 {
@@ -1083,7 +1130,7 @@ impl Runtime {
         if lbb.plain_exit && (bb.is_entry || lbb.obj != bb.obj || lbb.sect != bb.sect) {
             return self.setup_fast_jump_call(t, lbb, bb, sp);
         }
-        if f.key == u64::MAX || f.key != bb.fast_key.get() {
+        if !self.cached_as(bb, f.key) {
             return false;
         }
         if !lbb.plain_exit
@@ -1215,9 +1262,10 @@ impl Runtime {
         let Some((a_old, a_new, idx)) = self.call_level(t, from_fn, to_fn, recs) else {
             return false;
         };
-        if bkey != fast_key(new_cxt, idx, t.th) {
+        if !self.cached_as(bb, fast_key(new_cxt, idx, t.th)) {
             return false;
         }
+        let bkey = bb.fast_key.get();
         // `fast_key` and `last` are set together: this is `get_bbcc(bb, new_cxt, idx)`.
         let to = bb.last.get().2;
         let Some(j) = self.cached_arc(last_call, from, to) else {
@@ -1487,7 +1535,7 @@ impl Runtime {
         } else {
             0
         };
-        if bb.fast_key.get() != fast_key(cxt, idx, t.th) {
+        if !self.cached_as(bb, fast_key(cxt, idx, t.th)) {
             return false;
         }
         if t.stack.len() >= t.stack.capacity() {
@@ -1597,9 +1645,10 @@ impl Runtime {
         let Some((a_old, a_new, idx)) = self.call_level(t, from_fn, to_fn, recs) else {
             return false;
         };
-        if bkey != fast_key(new_cxt, idx, t.th) {
+        if !self.cached_as(bb, fast_key(new_cxt, idx, t.th)) {
             return false;
         }
+        let bkey = bb.fast_key.get();
         let to = bb.last.get().2;
         let Some(fbcc) = self.bbccs.get(from as usize) else {
             return false;
@@ -1833,7 +1882,7 @@ impl Runtime {
         let Some(idx) = level_index(cx.recs, cur) else {
             return false;
         };
-        if bb.fast_key.get() != fast_key(new_cxt, idx, t.th) {
+        if !self.cached_as(bb, fast_key(new_cxt, idx, t.th)) {
             return false;
         }
         // Commit: charge the previous block, pop both frames (as `pop`), enter `bb`.
@@ -1933,7 +1982,7 @@ impl Runtime {
         let Some(idx) = level_index(cx.recs, cur) else {
             return false;
         };
-        if bb.fast_key.get() != fast_key(new_cxt, idx, t.th) {
+        if !self.cached_as(bb, fast_key(new_cxt, idx, t.th)) {
             return false;
         }
         // Commit: charge the previous block, pop the frame (as `pop`), enter `bb`.
@@ -2769,6 +2818,8 @@ mod tests {
             last: Cell::new((u32::MAX, u32::MAX, u32::MAX)),
             fast_key: Cell::new(u64::MAX),
             fast_count: Cell::new(core::ptr::null_mut()),
+            alt_key: Cell::new(u64::MAX),
+            alt_bbcc: Cell::new(u32::MAX),
             jump,
             rep_cond,
             insn_stat: vec![InsnStat::default(); n as usize],
