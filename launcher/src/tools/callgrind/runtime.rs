@@ -1123,11 +1123,14 @@ impl Runtime {
             let two =
                 t.stack.len() >= 2 && t.stack.get(t.stack.len() - 2).is_some_and(|e| e.sp < sp);
             if two {
-                return self.setup_fast_ret2(t, lbb, bb, sp);
+                return self.setup_fast_ret_n(t, lbb, bb, sp);
             }
             return self.setup_fast_ret(t, lbb, bb, sp);
         }
         if lbb.plain_exit && (bb.is_entry || lbb.obj != bb.obj || lbb.sect != bb.sect) {
+            if bb.flags.skip {
+                return self.setup_fast_jump_skipped(t, lbb, bb, sp);
+            }
             return self.setup_fast_jump_call(t, lbb, bb, sp);
         }
         if !self.cached_as(bb, f.key) {
@@ -1547,15 +1550,76 @@ impl Runtime {
         self.fast_charge_prev(t, lbb);
         self.push_frame(t, None, sp, lbb.end, Some(cxt), None, NO_PLAN);
         t.nonskipped = Some(from);
+        self.enter_skipped(t, bb, from);
+        true
+    }
+
+    /// The fast path for a jump that Callgrind turns into a call into a skipped function (a
+    /// tail call through a PLT stub), with no skipped function active and no frame to
+    /// unwind: as `setup`, the stub's block gets a cost centre in the jumping block's
+    /// context, a frame without arc and without return address is pushed at the top frame's
+    /// stack pointer, and the jumping block's cost centre becomes the one skipped costs go
+    /// to. Everything is checked before anything changes.
+    #[inline(always)]
+    fn setup_fast_jump_skipped(
+        &mut self,
+        t: &mut ThreadState,
+        lbb: &BlockInfo,
+        bb: &BlockInfo,
+        sp: u64,
+    ) -> bool {
+        if lbb.flags.pop_on_jump || t.nonskipped.is_some() {
+            return false;
+        }
+        let frame_sp = t.stack.last().map_or(sp, |e| e.sp);
+        if frame_sp < sp || t.stack.len() >= t.stack.capacity() {
+            return false;
+        }
+        let (Some(cxt), Some(from)) = (Self::opt(&t.cxt), Self::opt(&t.last_bbcc)) else {
+            return false;
+        };
+        let Some(cx) = self.cxts.get(cxt as usize) else {
+            return false;
+        };
+        let Some(&top_fn) = cx.fns.first() else {
+            return false;
+        };
+        let idx = if cx.recs > 1 {
+            match t.fn_active.get(top_fn as usize) {
+                Some(&a) if a > 0 => a.min(cx.recs) - 1,
+                _ => return false,
+            }
+        } else {
+            0
+        };
+        if !self.cached_as(bb, fast_key(cxt, idx, t.th)) {
+            return false;
+        }
+        // Commit: charge the previous block, push the frame (as `push_call` with `skip`),
+        // enter `bb`.
+        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.fast_charge_prev(t, lbb);
+        self.push_frame(t, None, frame_sp, 0, Some(cxt), None, NO_PLAN);
+        t.nonskipped = Some(from);
+        self.enter_skipped(t, bb, from);
+        true
+    }
+
+    /// The end of a fast path into a skipped function whose costs go to cost centre `from`:
+    /// `bb` (with its cached cost centre) is the last block, no key (the full path decides
+    /// the next transition unless it is a fast one), and with cache simulation the stub is
+    /// charged to the sink now, where its misses go too (as `charge_entered` and `set_cur`
+    /// in a skipped state).
+    #[inline(always)]
+    fn enter_skipped(&mut self, t: &mut ThreadState, bb: &BlockInfo, from: u32) {
+        let top_sp = t.stack.last().map_or(u64::MAX, |e| e.sp);
         t.last_bbcc = Some(bb.last.get().2);
         t.fast = Fast {
             last_bb: bb,
             last_count: bb.fast_count.get(),
-            top_sp: sp,
+            top_sp,
             key: u64::MAX,
         };
-        // Entering the stub: with cache simulation its cost goes to the skipped-cost sink
-        // now, and so do its misses (as `charge_entered` and `set_cur` in a skipped state).
         if let Some(sink) = self.bbccs.get_mut(from as usize) {
             if self.eager && t.collect {
                 add_cost(&mut t.run, &bb.stat, N_STATIC);
@@ -1571,7 +1635,6 @@ impl Runtime {
                 CUR_STRIDE.store(0, Ordering::Relaxed);
             }
         }
-        true
     }
 
     /// The fast path for a jump that Callgrind turns into a call (into a function entry, or
@@ -1779,14 +1842,37 @@ impl Runtime {
         true
     }
 
-    /// The fast path for a `ret` that pops exactly two shadow-stack frames, both below the
-    /// returning stack pointer: a call through a PLT stub (the library function's frame, then
-    /// the stub's frame without arc) or a tail call (the jump's frame, then the real call's).
-    /// The frames must leave no skipped function active and name their contexts; functions
-    /// with `--dump-after`/`--toggle-collect` are left to `setup`. Everything is checked
-    /// before anything changes.
+    /// What popping frame `e` does to `fn_active` (as `pop`): the callee function of its arc
+    /// and whether its count goes down (`None`: no arc); `Err` for an arc into a function
+    /// with `--dump-after`/`--toggle-collect` (left to `setup`). Integer-only.
     #[inline(always)]
-    fn setup_fast_ret2(
+    fn frame_arc(&self, e: &Entry) -> Result<Option<(u32, bool)>, ()> {
+        let Some(j) = e.jcc.get() else {
+            return Ok(None);
+        };
+        let jcc = self.jccs.get(j as usize).ok_or(())?;
+        let (fb, tb) = (
+            self.bbccs.get(jcc.from as usize).ok_or(())?,
+            self.bbccs.get(jcc.to as usize).ok_or(())?,
+        );
+        let from_fn = self.fn_of_cxt(fb.cxt).ok_or(())?;
+        let to_fn = self.fn_of_cxt(tb.cxt).ok_or(())?;
+        // SAFETY: cost centres point at leaked BlockInfo values.
+        let flags = unsafe { &(*tb.bb).flags };
+        if flags.dump_after || flags.toggle_collect {
+            return Err(());
+        }
+        Ok(Some((to_fn, !(self.skip_direct_rec && from_fn == to_fn))))
+    }
+
+    /// The fast path for a `ret` that pops two or more shadow-stack frames, all below the
+    /// returning stack pointer: a call through a PLT stub (the library function's frame, then
+    /// the stub's frame without arc), a tail call (the jump's frame, then the real call's),
+    /// chains of them. The frames must leave no skipped function active and name their
+    /// contexts; functions with `--dump-after`/`--toggle-collect` are left to `setup`.
+    /// Everything is checked before anything changes.
+    #[inline(always)]
+    fn setup_fast_ret_n(
         &mut self,
         t: &mut ThreadState,
         lbb: &BlockInfo,
@@ -1794,113 +1880,87 @@ impl Runtime {
         sp: u64,
     ) -> bool {
         let n = t.stack.len();
-        if n < 2 || t.nonskipped.is_some() {
+        if t.nonskipped.is_some() {
             return false;
         }
-        let (Some(top), Some(low)) = (t.stack.get(n - 1), t.stack.get(n - 2)) else {
-            return false;
-        };
-        if top.sp >= sp || low.sp >= sp {
+        let mut k = 0;
+        while t
+            .stack
+            .get(n.wrapping_sub(k + 1))
+            .is_some_and(|e| e.sp < sp)
+        {
+            k += 1;
+        }
+        if k < 2 {
             return false;
         }
-        let next_sp = match n.checked_sub(3).and_then(|i| t.stack.get(i)) {
-            Some(e) if e.sp < sp => return false,
-            Some(e) => e.sp,
-            None => u64::MAX,
-        };
-        if low.nonskipped.get().is_some() {
-            return false;
+        let next_sp = t
+            .stack
+            .get(n.wrapping_sub(k + 1))
+            .map_or(u64::MAX, |e| e.sp);
+        match t.stack.get(n - k) {
+            Some(e) if e.nonskipped.get().is_none() => {}
+            _ => return false,
         }
-        // What popping each frame does to `fn_active` (as `pop`): the callee function of its
-        // arc, and whether it is decremented.
-        let arc_of = |e: &Entry| -> Result<Option<(u32, bool)>, ()> {
-            let Some(j) = e.jcc.get() else {
-                return Ok(None);
+        // The context after the pops: that of the last frame popped with an arc.
+        let mut after = None;
+        for i in 1..=k {
+            let Some(e) = t.stack.get(n - i) else {
+                return false;
             };
-            let jcc = self.jccs.get(j as usize).ok_or(())?;
-            let (fb, tb) = (
-                self.bbccs.get(jcc.from as usize).ok_or(())?,
-                self.bbccs.get(jcc.to as usize).ok_or(())?,
-            );
-            let from_fn = self.fn_of_cxt(fb.cxt).ok_or(())?;
-            let to_fn = self.fn_of_cxt(tb.cxt).ok_or(())?;
-            // SAFETY: cost centres point at leaked BlockInfo values.
-            let flags = unsafe { &(*tb.bb).flags };
-            if flags.dump_after || flags.toggle_collect {
-                return Err(());
+            if self.frame_arc(e).is_err() {
+                return false;
             }
-            Ok(Some((to_fn, !(self.skip_direct_rec && from_fn == to_fn))))
-        };
-        let (Ok(top_arc), Ok(low_arc)) = (arc_of(top), arc_of(low)) else {
-            return false;
-        };
-        // The context after both pops: that of the last frame with an arc.
-        let (top_j, low_j) = (top.jcc.get(), low.jcc.get());
-        let (new_cxt, fn_sp) = match (low_j, top_j) {
-            (Some(_), _) => (low.cxt.get(), low.fn_sp),
-            (None, Some(_)) => (top.cxt.get(), top.fn_sp),
-            (None, None) => return false,
-        };
-        let Some(new_cxt) = new_cxt else {
-            return false;
-        };
-        let active = |f: u32| t.fn_active.get(f as usize).copied();
-        // `fn_active` after the pops, for the (at most two) functions they touch: `(f0, v0)`
-        // and `(f1, v1)` (`u32::MAX`: none; scalars, as an array would be set up with a
-        // vector register).
-        let (mut f0, mut v0, mut f1, mut v1) = (u32::MAX, 0u32, u32::MAX, 0u32);
-        for arc in [top_arc, low_arc] {
-            let Some((f, dec)) = arc else { continue };
-            let cur = if f0 == f {
-                v0
-            } else {
-                match active(f) {
-                    Some(v) => v,
-                    None => return false,
-                }
-            };
-            let v = if dec { cur.saturating_sub(1) } else { cur };
-            if f0 == f || f0 == u32::MAX {
-                (f0, v0) = (f, v);
-            } else {
-                (f1, v1) = (f, v);
+            if e.jcc.get().is_some() {
+                after = Some((e.cxt.get(), e.fn_sp));
             }
         }
+        let Some((Some(new_cxt), fn_sp)) = after else {
+            return false;
+        };
         let Some(cx) = self.cxts.get(new_cxt as usize) else {
             return false;
         };
         let Some(&top_fn) = cx.fns.first() else {
             return false;
         };
-        let cur = if top_fn == f0 {
-            Some(v0)
-        } else if top_fn == f1 {
-            Some(v1)
-        } else {
-            active(top_fn)
+        // Its function's activation count after the pops (each a saturating decrement).
+        let Some(mut cur) = t.fn_active.get(top_fn as usize).copied() else {
+            return false;
         };
-        let Some(idx) = level_index(cx.recs, cur) else {
+        for i in 1..=k {
+            if let Some(Ok(Some((f, true)))) = t.stack.get(n - i).map(|e| self.frame_arc(e)) {
+                if f == top_fn {
+                    cur = cur.saturating_sub(1);
+                }
+            }
+        }
+        let Some(idx) = level_index(cx.recs, Some(cur)) else {
             return false;
         };
         if !self.cached_as(bb, fast_key(new_cxt, idx, t.th)) {
             return false;
         }
-        // Commit: charge the previous block, pop both frames (as `pop`), enter `bb`.
+        // Commit: charge the previous block, pop the frames (as `pop`), enter `bb`.
         self.bb_executions = self.bb_executions.wrapping_add(1);
         self.fast_charge_prev(t, lbb);
         let nc = self.n_cost;
-        for (k, j) in [(1, top_j), (2, low_j)] {
-            let Some(j) = j else { continue };
-            if let (Some(jcc), Some(e)) = (self.jccs.get_mut(j as usize), t.stack.get(n - k)) {
+        for i in 1..=k {
+            let Some(e) = t.stack.get(n - i) else {
+                continue;
+            };
+            let arc = self.frame_arc(e);
+            let Some(j) = e.jcc.get() else { continue };
+            if let Some(jcc) = self.jccs.get_mut(j as usize) {
                 add_diff(&mut jcc.incl, &t.run, &e.enter_cost, nc);
             }
-        }
-        for (f, v) in [(f0, v0), (f1, v1)] {
-            if let Some(a) = t.fn_active.get_mut(f as usize) {
-                *a = v;
+            if let Ok(Some((f, true))) = arc {
+                if let Some(a) = t.fn_active.get_mut(f as usize) {
+                    *a = a.saturating_sub(1);
+                }
             }
         }
-        Self::pop_to(t, n - 2, Some(new_cxt), fn_sp);
+        Self::pop_to(t, n - k, Some(new_cxt), fn_sp);
         self.enter_fast(t, bb, next_sp);
         true
     }
