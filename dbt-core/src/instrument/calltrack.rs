@@ -62,9 +62,11 @@ use core::sync::atomic::AtomicU64;
 /// The running thread's summary for the inline jump path (Callgrind's `setup_bbcc` for a
 /// plain jump). The inline code takes its path only when the running thread is `owner`,
 /// `expect` equals the block's key and the guest `rsp <= top_sp`; it then adds one to
-/// `*last_count`, `last_ir` to `ir`, one to `bbs`, and makes the block the last one
-/// (`last_count`, `last_bbcc` from its `InlineRec`, `last_bb`, `last_ir`; `expect` becomes
-/// `u64::MAX` unless the block ends plainly). `ir`/`bbs` are deltas the tool folds back.
+/// `*last_count`, the previous block's instruction count (the word after its counter) to
+/// `ir`, one to `bbs`, and makes the block the last one (`last_count` from its
+/// `InlineRec`; `expect` becomes `u64::MAX` unless the block ends plainly). `ir`/`bbs` are
+/// deltas the tool folds back; the tool finds the previous block and cost centre from its
+/// counter.
 #[repr(C)]
 pub struct JumpState {
     /// Key a plainly-reached block must have (`u64::MAX`: none).
@@ -73,14 +75,9 @@ pub struct JumpState {
     pub owner_neg: AtomicU64,
     /// Top frame's `sp`; must be below 2^63 (the tool stores `i64::MAX` for none).
     pub top_sp: AtomicU64,
-    /// Execution counter of the previous block's cost centre (`*mut u64`).
+    /// Execution counter of the previous block's cost centre (`*mut u64`), followed in
+    /// memory by that block's instruction count (`u64`).
     pub last_count: AtomicU64,
-    /// Instructions of the previous block.
-    pub last_ir: AtomicU64,
-    /// The previous block (the tool's block pointer, stored from `InlineJump::bb`).
-    pub last_bb: AtomicU64,
-    /// The previous block's cost centre (copied from its `InlineRec::bbcc`).
-    pub last_bbcc: AtomicU64,
     /// Ir charged by the inline path since the tool last looked.
     pub ir: AtomicU64,
     /// Blocks entered by the inline path since the tool last looked.
@@ -132,9 +129,6 @@ impl JumpState {
             owner_neg: AtomicU64::new(0),
             top_sp: AtomicU64::new(0),
             last_count: AtomicU64::new(0),
-            last_ir: AtomicU64::new(0),
-            last_bb: AtomicU64::new(0),
-            last_bbcc: AtomicU64::new(0),
             ir: AtomicU64::new(0),
             bbs: AtomicU64::new(0),
             prev_ret: AtomicU64::new(1),
@@ -162,13 +156,12 @@ impl Default for JumpState {
 }
 
 /// Per block: the key under which it may be entered inline (stored negated, as the IBL
-/// stores tags; `u64::MAX - 1` negated when never), its cost centre's counter, id, miss
-/// array and `CallPlan`.
+/// stores tags; `u64::MAX - 1` negated when never), its cost centre's counter (followed by
+/// the block's instruction count, see `JumpState::last_count`), miss array and `CallPlan`.
 #[repr(C)]
 pub struct InlineRec {
     pub neg_key: AtomicU64,
     pub count: AtomicU64,
-    pub bbcc: AtomicU64,
     pub miss: AtomicU64,
     pub plan: AtomicU64,
 }
@@ -183,7 +176,7 @@ pub struct InlineRec {
 /// (`FrameLayout`: arc, caller context, `rsp`, `ret_addr`, the running Ir, the function
 /// stack's depth, and the return plan: `ret_key`, `to_fn`, the old activation count,
 /// `arc_incl`, the old `top_sp`), pushes `to_fn` on the function stack when `push_fn`, and
-/// enters the block with the planned cost centre (`callee_count`, `callee_bbcc`; its own
+/// enters the block with the planned cost centre (`callee_count`; its own
 /// plan `callee_plan`; `callee_expect` as `expect` when the block ends plainly).
 /// All fields are `u64`; ids are stored in the frames as `u32`.
 ///
@@ -191,7 +184,7 @@ pub struct InlineRec {
 /// stub to the caller and makes the stub's jump into the library the call) has `stub`: the
 /// stub's block takes the *stub case* when the caller's block armed the plan and `[rsp]` is
 /// `ret_addr`: it charges the caller's block, pushes a frame without arc (`nonskipped`
-/// none, no return plan), enters the stub with the cost centre `stub_count`/`stub_bbcc`
+/// none, no return plan), enters the stub with the cost centre `stub_count`
 /// and sets `JumpState::nonskipped` to `from_bbcc`, leaving the plan armed. The callee's
 /// entry block then takes the call case in that state: the stub frame must be the top one
 /// at `rsp`; it charges the stub (its instructions, to the running Ir and to `*sink`,
@@ -214,7 +207,6 @@ pub struct CallPlan {
     pub caller_cxt: AtomicU64,
     pub ret_key: AtomicU64,
     pub callee_count: AtomicU64,
-    pub callee_bbcc: AtomicU64,
     pub callee_plan: AtomicU64,
     pub callee_expect: AtomicU64,
     pub drop: AtomicU64,
@@ -222,7 +214,6 @@ pub struct CallPlan {
     pub stub: AtomicU64,
     pub sink: AtomicU64,
     pub stub_count: AtomicU64,
-    pub stub_bbcc: AtomicU64,
     pub from_bbcc: AtomicU64,
 }
 
@@ -243,14 +234,12 @@ impl CallPlan {
             caller_cxt: AtomicU64::new(0),
             ret_key: AtomicU64::new(u64::MAX),
             callee_count: AtomicU64::new(0),
-            callee_bbcc: AtomicU64::new(0),
             callee_plan: AtomicU64::new(0),
             callee_expect: AtomicU64::new(u64::MAX),
             drop: AtomicU64::new(0),
             stub: AtomicU64::new(0),
             sink: AtomicU64::new(0),
             stub_count: AtomicU64::new(0),
-            stub_bbcc: AtomicU64::new(0),
             from_bbcc: AtomicU64::new(0),
         }
     }
@@ -274,7 +263,6 @@ impl InlineRec {
         InlineRec {
             neg_key: AtomicU64::new((u64::MAX - 1).wrapping_neg()),
             count: AtomicU64::new(0),
-            bbcc: AtomicU64::new(0),
             miss: AtomicU64::new(0),
             plan: AtomicU64::new(0),
         }
@@ -288,7 +276,7 @@ impl Default for InlineRec {
 }
 
 /// What `Instrumenter::call_with_fallback_inline` needs: the state, the block's record
-/// (both live for the process), the value stored in `last_bb`, the block's instruction count
+/// (both live for the process), the tool's block pointer, the block's instruction count
 /// and guest address, whether it ends plainly (a jump or fall-through that the next block may
 /// take inline) and whether it ends in a `ret` the next block may take inline.
 ///

@@ -765,9 +765,6 @@ struct JumpOffsets {
     owner: i32,
     top: i32,
     lcount: i32,
-    lir: i32,
-    lbb: i32,
-    lbbcc: i32,
     ir: i32,
     bbs: i32,
     prev_ret: i32,
@@ -786,7 +783,6 @@ struct JumpOffsets {
     nonskipped: i32,
     negk: i32,
     rcount: i32,
-    rbbcc: i32,
     rmiss: i32,
     rplan: i32,
 }
@@ -807,14 +803,12 @@ struct PlanOffsets {
     caller_cxt: i32,
     ret_key: i32,
     callee_count: i32,
-    callee_bbcc: i32,
     callee_plan: i32,
     callee_expect: i32,
     drop: i32,
     stub: i32,
     sink: i32,
     stub_count: i32,
-    stub_bbcc: i32,
     from_bbcc: i32,
 }
 
@@ -835,14 +829,12 @@ const PLAN_OFF: PlanOffsets = {
         caller_cxt: offset_of!(P, caller_cxt) as i32,
         ret_key: offset_of!(P, ret_key) as i32,
         callee_count: offset_of!(P, callee_count) as i32,
-        callee_bbcc: offset_of!(P, callee_bbcc) as i32,
         callee_plan: offset_of!(P, callee_plan) as i32,
         callee_expect: offset_of!(P, callee_expect) as i32,
         drop: offset_of!(P, drop) as i32,
         stub: offset_of!(P, stub) as i32,
         sink: offset_of!(P, sink) as i32,
         stub_count: offset_of!(P, stub_count) as i32,
-        stub_bbcc: offset_of!(P, stub_bbcc) as i32,
         from_bbcc: offset_of!(P, from_bbcc) as i32,
     }
 };
@@ -855,9 +847,6 @@ const JUMP_OFF: JumpOffsets = {
         owner: offset_of!(S, owner_neg) as i32,
         top: offset_of!(S, top_sp) as i32,
         lcount: offset_of!(S, last_count) as i32,
-        lir: offset_of!(S, last_ir) as i32,
-        lbb: offset_of!(S, last_bb) as i32,
-        lbbcc: offset_of!(S, last_bbcc) as i32,
         ir: offset_of!(S, ir) as i32,
         bbs: offset_of!(S, bbs) as i32,
         prev_ret: offset_of!(S, prev_ret) as i32,
@@ -876,7 +865,6 @@ const JUMP_OFF: JumpOffsets = {
         nonskipped: offset_of!(S, nonskipped) as i32,
         negk: offset_of!(R, neg_key) as i32,
         rcount: offset_of!(R, count) as i32,
-        rbbcc: offset_of!(R, bbcc) as i32,
         rmiss: offset_of!(R, miss) as i32,
         rplan: offset_of!(R, plan) as i32,
     }
@@ -1094,28 +1082,25 @@ fn inline_ret(
     );
 }
 
-/// The part of the inline path both cases share (rdx = the state, rax and rcx free): charge
-/// the previous block (its counter, the running Ir, one block; with `InlineJump::eager` the
-/// entered block instead) and make this block the last one, noting whether it ends in a
-/// `ret` the next block may take inline. Flag-free unless `flags_dead`.
+/// The part of the inline path both cases share (rdx = the state, rax and rcx free; with
+/// `flags_dead`, rax = `rec`): charge the previous block (its counter, the running Ir, one
+/// block; with `InlineJump::eager` the entered block instead) and make this block the last
+/// one, noting whether it ends in a `ret` the next block may take inline. Flag-free unless
+/// `flags_dead`.
 fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_dead: bool) {
     let JumpOffsets {
         lcount,
-        lir,
-        lbb,
-        lbbcc,
         ir,
         bbs,
         prev_ret,
         rcount,
-        rbbcc,
         rmiss,
         cur_miss,
         stat,
         ..
     } = JUMP_OFF;
     if flags_dead {
-        return enter_inline_with_flags(a, j, rec);
+        return enter_inline_with_flags(a, j);
     }
     if let Some(more) = j.eager {
         // Charge the block being entered, and point the miss helpers at its cost centre.
@@ -1151,7 +1136,7 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_d
             ; lea rax, [rax + 1]
             ; mov QWORD [rcx], rax
             ; mov rax, QWORD [rdx + ir]
-            ; mov rcx, QWORD [rdx + lir]
+            ; mov rcx, QWORD [rcx + 8]
             ; lea rax, [rax + rcx]
             ; mov QWORD [rdx + ir], rax
         );
@@ -1164,11 +1149,6 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_d
         ; mov rax, QWORD rec
         ; mov rcx, QWORD [rax + rcount]
         ; mov QWORD [rdx + lcount], rcx
-        ; mov rcx, QWORD [rax + rbbcc]
-        ; mov QWORD [rdx + lbbcc], rcx
-        ; mov rcx, QWORD j.bb as i64
-        ; mov QWORD [rdx + lbb], rcx
-        ; mov QWORD [rdx + lir], j.ir as i32
         ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret || j.eager.is_some())
     );
     arm_call_plan(a, j, JUMP_OFF.rplan);
@@ -1209,9 +1189,6 @@ fn inline_call(
         expect,
         top,
         lcount,
-        lir,
-        lbb,
-        lbbcc,
         ir,
         bbs,
         prev_ret,
@@ -1279,12 +1256,13 @@ fn inline_call(
         ; jne >stub_charge
         ; mov rcx, QWORD [rdx + lcount]
         ; inc QWORD [rcx]
-        ; mov rcx, QWORD [rdx + lir]
+        ; mov rcx, QWORD [rcx + 8]
         ; add QWORD [rdx + ir], rcx
         ; jmp >charged
         ; stub_charge:
         ; mov rcx, QWORD [rax + p.sink]
-        ; mov rbx, QWORD [rdx + lir]
+        ; mov rbx, QWORD [rdx + lcount]
+        ; mov rbx, QWORD [rbx + 8]
         ; add QWORD [rcx], rbx
         ; add QWORD [rdx + ir], rbx
         ; mov rbx, QWORD [rax + p.to_fn]
@@ -1347,11 +1325,6 @@ fn inline_call(
         // This block, with the planned cost centre, is the last one.
         ; mov rcx, QWORD [rax + p.callee_count]
         ; mov QWORD [rdx + lcount], rcx
-        ; mov rcx, QWORD [rax + p.callee_bbcc]
-        ; mov QWORD [rdx + lbbcc], rcx
-        ; mov rcx, QWORD j.bb as i64
-        ; mov QWORD [rdx + lbb], rcx
-        ; mov QWORD [rdx + lir], j.ir as i32
         ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret)
     );
     if j.ends_plain {
@@ -1491,9 +1464,6 @@ fn inline_stub(
         expect,
         top,
         lcount,
-        lir,
-        lbb,
-        lbbcc,
         ir,
         bbs,
         prev_ret,
@@ -1532,7 +1502,7 @@ fn inline_stub(
         // Commit: charge the caller's block, as the jump case does.
         ; mov rcx, QWORD [rdx + lcount]
         ; inc QWORD [rcx]
-        ; mov rcx, QWORD [rdx + lir]
+        ; mov rcx, QWORD [rcx + 8]
         ; add QWORD [rdx + ir], rcx
         ; inc QWORD [rdx + bbs]
         // The stub's frame: no arc, no return plan.
@@ -1566,11 +1536,6 @@ fn inline_stub(
         // The stub, with its cost centre, is the last block; the plan stays armed.
         ; mov rcx, QWORD [rax + p.stub_count]
         ; mov QWORD [rdx + lcount], rcx
-        ; mov rcx, QWORD [rax + p.stub_bbcc]
-        ; mov QWORD [rdx + lbbcc], rcx
-        ; mov rcx, QWORD j.bb as i64
-        ; mov QWORD [rdx + lbb], rcx
-        ; mov QWORD [rdx + lir], j.ir as i32
         ; mov QWORD [rdx + prev_ret], 1
         ; mov QWORD [rdx + expect], -1
     );
@@ -1700,24 +1665,20 @@ fn emit_slow(a: &mut Asm, s: Slow) {
     }
 }
 
-/// `enter_inline` where the flags are dead: the same stores, with `inc`/`add` to memory.
-fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64) {
+/// `enter_inline` where the flags are dead: the same stores, with `inc`/`add` to memory;
+/// rax already holds the block's record (the jump case compared its key).
+fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump) {
     let JumpOffsets {
         lcount,
-        lir,
-        lbb,
-        lbbcc,
         ir,
         bbs,
         prev_ret,
         cur_miss,
         stat,
         rcount,
-        rbbcc,
         rmiss,
         ..
     } = JUMP_OFF;
-    dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
     if let Some(more) = j.eager {
         dynasm!(a
             ; .arch x64
@@ -1737,7 +1698,7 @@ fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i
             ; .arch x64
             ; mov rcx, QWORD [rdx + lcount]
             ; inc QWORD [rcx]
-            ; mov rcx, QWORD [rdx + lir]
+            ; mov rcx, QWORD [rcx + 8]
             ; add QWORD [rdx + ir], rcx
         );
     }
@@ -1746,11 +1707,6 @@ fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i
         ; inc QWORD [rdx + bbs]
         ; mov rcx, QWORD [rax + rcount]
         ; mov QWORD [rdx + lcount], rcx
-        ; mov rcx, QWORD [rax + rbbcc]
-        ; mov QWORD [rdx + lbbcc], rcx
-        ; mov rcx, QWORD j.bb as i64
-        ; mov QWORD [rdx + lbb], rcx
-        ; mov QWORD [rdx + lir], j.ir as i32
         ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret || j.eager.is_some())
     );
     arm_call_plan(a, j, JUMP_OFF.rplan);

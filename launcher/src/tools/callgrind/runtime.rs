@@ -358,15 +358,21 @@ pub struct Cxt {
     pub recs: u32,
 }
 
-/// Cost centre of one block in one context and recursion level.
+/// Cost centre of one block in one context and recursion level (`repr(C)`: the inline paths
+/// find `ir` after `count`, and the tool finds the cost centre from its counter).
+#[repr(C)]
 pub struct Bbcc {
+    /// Executions.
+    pub count: u64,
+    /// The block's instructions.
+    pub ir: u64,
+    /// Its index in [`Runtime::bbccs`].
+    pub id: u32,
     pub bb: *const BlockInfo,
     pub cxt: u32,
     pub rec: u32,
     /// Thread partition (`--separate-threads=yes`: the thread slot's index, else 0).
     pub th: u32,
-    /// Executions.
-    pub count: u64,
     /// Extra entries of each `rep` instruction (same order as `BlockInfo::rep`).
     pub rep_extra: Vec<u64>,
     /// Iterations of each `repe`/`repne` instruction (same order).
@@ -588,6 +594,8 @@ const FRAME: u64 = core::mem::size_of::<Entry>() as u64;
 /// has its return address or key.
 static EMPTY_FRAME: [u64; 64] = [u64::MAX; 64];
 const _: () = assert!(core::mem::size_of::<Entry>() <= core::mem::size_of::<[u64; 64]>());
+const _: () = assert!(core::mem::offset_of!(Bbcc, count) == 0);
+const _: () = assert!(core::mem::offset_of!(Bbcc, ir) == 8);
 
 /// Where the inline return path reads a frame's fields.
 pub fn frame_layout() -> dbt_core::tool::FrameLayout {
@@ -848,7 +856,6 @@ impl Runtime {
             .unwrap_or(u64::MAX - 1);
         let r = Ordering::Relaxed;
         bb.jrec.count.store(count as u64, r);
-        bb.jrec.bbcc.store(u64::from(b), r);
         bb.jrec.miss.store(miss, r);
         bb.jrec.plan.store(&c.plan as *const CallPlan as u64, r);
         bb.jrec.neg_key.store(ik.wrapping_neg(), r);
@@ -861,6 +868,8 @@ impl Runtime {
         }
         let id = self.bbccs.len() as u32;
         self.bbccs.push(Box::new(Bbcc {
+            ir: bb.stat[R_IR],
+            id,
             bb,
             cxt,
             rec,
@@ -1352,7 +1361,6 @@ impl Runtime {
             p.caller_cxt.store(u64::from(old_cxt), r);
             p.ret_key.store(ret_key, r);
             p.callee_count.store(bb.fast_count.get() as u64, r);
-            p.callee_bbcc.store(u64::from(to), r);
             p.callee_plan.store(callee_plan, r);
             p.callee_expect
                 .store(inline_key(bkey, bb.obj, bb.sect).unwrap_or(u64::MAX), r);
@@ -1828,14 +1836,12 @@ impl Runtime {
             p.caller_cxt.store(plan_cxt(old_cxt), r);
             p.ret_key.store(plan.key, r);
             p.callee_count.store(bb.fast_count.get() as u64, r);
-            p.callee_bbcc.store(u64::from(to), r);
             p.callee_plan.store(callee_plan, r);
             p.callee_expect
                 .store(inline_key(bkey, bb.obj, bb.sect).unwrap_or(u64::MAX), r);
             p.drop.store(2 * FRAME, r);
             p.sink.store(sink, r);
             p.stub_count.store(stub_count, r);
-            p.stub_bbcc.store(u64::from(last), r);
             p.from_bbcc.store(u64::from(from), r);
             p.stub.store(lbb as *const BlockInfo as u64, r);
         }
@@ -2137,20 +2143,20 @@ impl Runtime {
                 }
             }
         }
-        let last = JUMP.last_bbcc.load(Ordering::Relaxed) as u32;
+        // The last block's counter is the first field of its cost centre.
+        let count = JUMP.last_count.load(Ordering::Relaxed) as *mut u64;
+        // SAFETY: the inline paths only store counters of boxed cost centres (never freed).
+        let (last, last_bb) = unsafe {
+            let c = &*(count as *const Bbcc);
+            (c.id, c.bb)
+        };
         // SAFETY: plain writes to the thread's own fields (volatile: no vector code in the
         // fast path).
         unsafe {
             let run = core::ptr::addr_of_mut!(t.run[R_IR]);
             core::ptr::write_volatile(run, core::ptr::read_volatile(run).wrapping_add(ir));
-            core::ptr::write_volatile(
-                core::ptr::addr_of_mut!(t.fast.last_bb),
-                JUMP.last_bb.load(Ordering::Relaxed) as *const BlockInfo,
-            );
-            core::ptr::write_volatile(
-                core::ptr::addr_of_mut!(t.fast.last_count),
-                JUMP.last_count.load(Ordering::Relaxed) as *mut u64,
-            );
+            core::ptr::write_volatile(core::ptr::addr_of_mut!(t.fast.last_bb), last_bb);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!(t.fast.last_count), count);
             core::ptr::write_volatile(core::ptr::addr_of_mut!(t.last_bbcc), Some(last));
         }
         if JUMP.stack_moved.load(Ordering::Relaxed) == 0 {
@@ -2209,7 +2215,6 @@ impl Runtime {
             if lbb.plain_exit {
                 expect = inline_key(f.key, lbb.obj, lbb.sect);
             }
-            JUMP.last_ir.store(lbb.stat[R_IR], Ordering::Relaxed);
         }
         JUMP.owner_neg.store(key.wrapping_neg(), Ordering::Relaxed);
         JUMP.top_sp
@@ -2925,16 +2930,14 @@ mod tests {
         let fresh = block(0x1020, 1, JumpExit::None, Vec::new());
         assert!(!matches(fresh), "a block never set up has no key");
         assert_eq!(JUMP.owner_neg.load(Ordering::Relaxed), 7u64.wrapping_neg());
-        assert_eq!(JUMP.last_ir.load(Ordering::Relaxed), 3);
+        // SAFETY: the inline paths' view of a cost centre: its counter, then the block's Ir.
+        let last_ir = unsafe { *(JUMP.last_count.load(Ordering::Relaxed) as *const u64).add(1) };
+        assert_eq!(last_ir, 3);
         assert_eq!(JUMP.top_sp.load(Ordering::Relaxed), i64::MAX as u64);
         // What the inline code does for `b`, then folded back.
         let before = (rt.bb_executions, t.run[R_IR]);
         JUMP.bbs.store(1, Ordering::Relaxed);
         JUMP.ir.store(3, Ordering::Relaxed);
-        JUMP.last_bb
-            .store(b as *const BlockInfo as u64, Ordering::Relaxed);
-        JUMP.last_bbcc
-            .store(b.jrec.bbcc.load(Ordering::Relaxed), Ordering::Relaxed);
         JUMP.last_count
             .store(b.jrec.count.load(Ordering::Relaxed), Ordering::Relaxed);
         rt.inline_pull(t);
