@@ -1,8 +1,10 @@
-/* Call graph shapes for the callgrind tests (compiled by tests/all/callgrind.rs with -O0):
- * recursion (fib), a longjmp out of recursion (dive), collection toggled by a client
- * request around `measured` when CLG_TOGGLE is defined, and in `alternate` an indirect call
- * site alternating between two callees, chains of returns and PLT calls into libc (the
- * fast and inline call/return paths). */
+/* Call graph shapes for the callgrind tests (compiled by tests/all/callgrind.rs with -O0,
+ * and with -O2, also stripped): recursion (fib), a longjmp out of recursion (dive),
+ * collection toggled by a client request around `measured` when CLG_TOGGLE is defined, and
+ * in `alternate` an indirect call site alternating between two callees, chains of returns,
+ * PLT calls into libc and (with -O2) tail calls, also through a PLT stub (the fast and
+ * inline call/return paths). CLG_NO_LONGJMP leaves the dives out (the stripped build: Valgrind
+ * does not skip the `_setjmp` PLT stub there, rgrind does). */
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
@@ -28,21 +30,28 @@ __attribute__((noinline)) long chain3(long x) { return inc(x) + 1; }
 __attribute__((noinline)) long chain2(long x) { return chain3(x) + 1; }
 __attribute__((noinline)) long chain1(long x) { return chain2(x) + 1; }
 static const char *words[4] = {"a", "call", "graph", "callgrind"};
+/* With -O2 both are tail calls: a jump into inc, and a jump into strlen's PLT stub. */
+__attribute__((noinline)) long tail_inc(long x) { return inc(x); }
+__attribute__((noinline)) size_t tail_len(const char *s) { return strlen(s); }
 __attribute__((noinline)) long alternate(void) {
     long (*fs[2])(long) = {sq, inc};
     long s = 0;
-    for (int i = 0; i < 1000; i++) s += fs[i & 1](i) + chain1(i) + (long)strlen(words[i & 3]);
+    for (int i = 0; i < 1000; i++)
+        s += fs[i & 1](i) + chain1(i) + (long)strlen(words[i & 3]) + tail_inc(i) +
+             (long)tail_len(words[(i + 1) & 3]);
     return s;
 }
 
 int main(void) {
     long f = fib(10);
     int got = 0;
+#ifndef CLG_NO_LONGJMP
     for (int i = 0; i < 3; i++) {
         int r = setjmp(env);
         if (r == 0) dive(0);
         else got += r;
     }
+#endif
     long a = setup();
 #ifdef CLG_TOGGLE
     CALLGRIND_TOGGLE_COLLECT;
