@@ -207,6 +207,8 @@ pub struct CallPlan {
     pub caller_cxt: AtomicU64,
     pub ret_key: AtomicU64,
     pub callee_count: AtomicU64,
+    /// With eager charging: the callee cost centre's miss array (`JumpState::cur_miss`).
+    pub callee_miss: AtomicU64,
     pub callee_plan: AtomicU64,
     pub callee_expect: AtomicU64,
     pub drop: AtomicU64,
@@ -234,6 +236,7 @@ impl CallPlan {
             caller_cxt: AtomicU64::new(0),
             ret_key: AtomicU64::new(u64::MAX),
             callee_count: AtomicU64::new(0),
+            callee_miss: AtomicU64::new(0),
             callee_plan: AtomicU64::new(0),
             callee_expect: AtomicU64::new(u64::MAX),
             drop: AtomicU64::new(0),
@@ -306,6 +309,9 @@ pub struct InlineJump {
     pub call_case: bool,
     /// A skipped function's block: its inline path is the stub case (`CallPlan::stub`).
     pub stub: bool,
+    /// Words of the tool's running cost in use (with `eager`, the return case adds that
+    /// many to the arc's inclusive cost and the call case copies that many into a frame).
+    pub cost_words: u32,
     pub frame: FrameLayout,
     /// Eager charging (Callgrind with cache simulation): the entered block is charged when
     /// it is entered (its counter, `ir` and these further static costs into

@@ -108,6 +108,7 @@ enum SlowKind {
     InlineRet {
         jump: super::calltrack::InlineJump,
         fail: DynamicLabel,
+        flags_dead: bool,
     },
     /// Callgrind's inline call case (`inline_call`) in a block that is no function entry,
     /// reached when the return case did not apply (rax, rcx, rdx saved, the flags as the
@@ -326,6 +327,7 @@ impl Plan {
                             kind: SlowKind::InlineRet {
                                 jump,
                                 fail: ret_fail,
+                                flags_dead,
                             },
                         });
                     }
@@ -803,6 +805,7 @@ struct PlanOffsets {
     caller_cxt: i32,
     ret_key: i32,
     callee_count: i32,
+    callee_miss: i32,
     callee_plan: i32,
     callee_expect: i32,
     drop: i32,
@@ -829,6 +832,7 @@ const PLAN_OFF: PlanOffsets = {
         caller_cxt: offset_of!(P, caller_cxt) as i32,
         ret_key: offset_of!(P, ret_key) as i32,
         callee_count: offset_of!(P, callee_count) as i32,
+        callee_miss: offset_of!(P, callee_miss) as i32,
         callee_plan: offset_of!(P, callee_plan) as i32,
         callee_expect: offset_of!(P, callee_expect) as i32,
         drop: offset_of!(P, drop) as i32,
@@ -896,11 +900,11 @@ fn inline_jump(
     );
     // Live flags are kept in `gs:[instr_flags]` around the compares; every way out puts
     // them back (the return case and the calls after `fail` touch no flags).
-    let (try_ret_here, fail_here) = if flags_dead {
-        (try_ret, fail)
+    let fail_here = if flags_dead {
+        fail
     } else {
         save_flags(a);
-        (a.new_dynamic_label(), a.new_dynamic_label())
+        a.new_dynamic_label()
     };
     dynasm!(a
         ; .arch x64
@@ -911,11 +915,11 @@ fn inline_jump(
         ; mov rcx, QWORD [rdx + expect]
         ; mov rax, QWORD rec
         ; add rcx, QWORD [rax + negk]
-        ; jnz =>try_ret_here
+        ; jnz =>try_ret
         ; cmp rsp, QWORD [rdx + top]
         ; ja =>fail_here
     );
-    enter_inline(a, j, rec, true);
+    enter_inline(a, j);
     if !j.ends_plain {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
@@ -930,9 +934,7 @@ fn inline_jump(
         ; jmp =>done
     );
     if !flags_dead {
-        dynasm!(a ; .arch x64 ; =>try_ret_here);
-        restore_flags(a);
-        dynasm!(a ; .arch x64 ; jmp =>try_ret ; =>fail_here);
+        dynasm!(a ; .arch x64 ; =>fail_here);
         restore_flags(a);
     }
     dynasm!(a
@@ -945,15 +947,16 @@ fn inline_jump(
 }
 
 /// Callgrind's inline return case (see [`super::calltrack::InlineJump`]), out of line: on
-/// entry rax, rcx, rdx are saved and rdx is the state; on the way to `done` or `fail` they
-/// are restored.
+/// entry rax, rcx, rdx are saved, rdx is the state and the flags are saved in
+/// `gs:[instr_flags]` (unless `flags_dead`); on the way to `done` or `fail` the flags are
+/// put back (rax, rcx, rdx are restored at `done` and after `fail`).
 fn inline_ret(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
     done: DynamicLabel,
     fail: DynamicLabel,
+    flags_dead: bool,
 ) {
-    let st = j.state as *const super::calltrack::JumpState as i64;
     let rec = j.rec as *const super::calltrack::InlineRec as i64;
     let JumpOffsets {
         expect,
@@ -963,6 +966,7 @@ fn inline_ret(
         base_neg,
         run_ir,
         ir,
+        stat,
         negk,
         fn_active,
         fn_base,
@@ -971,83 +975,88 @@ fn inline_ret(
         ..
     } = JUMP_OFF;
     let fl = j.frame;
-    // The return case: the previous block ended in a `ret` to the top frame's return
-    // address, rsp is the frame's sp + 8 and this block's key is the frame's.
-    let (r1, r2, r3, bottom, popped) = (
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-    );
+    let fail_r = a.new_dynamic_label();
+    // The previous block ended in a `ret` to the top frame's return address, rsp is the
+    // frame's sp + 8 and this block's key is the frame's.
     dynasm!(a
         ; .arch x64
-        ; mov rcx, QWORD [rdx + prev_ret]
-        ; jrcxz =>r1
-        ; jmp =>fail
-        ; =>r1
-        // key + (-block key) == 0 (first: a frame without plan fails here)
+        ; cmp QWORD [rdx + prev_ret], 0
+        ; jne =>fail_r
         ; mov rax, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rax + fl.key]
-        ; mov rax, QWORD rec
-        ; mov rax, QWORD [rax + negk]
-        ; lea rcx, [rcx + rax]
-        ; jrcxz =>r2
-        ; jmp =>fail
-        ; =>r2
-        // return address - this block's address == 0
-        ; mov rax, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rax + fl.ret_addr]
-        ; not rcx
-        ; lea rcx, [rcx + 1]
-        ; mov rax, QWORD j.addr as i64
-        ; lea rcx, [rcx + rax]
-        ; jrcxz =>r3
-        ; jmp =>fail
-        ; =>r3
-        // frame sp + 8 - rsp == 0
-        ; mov rax, rsp
-        ; not rax
-        ; mov rcx, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rcx + fl.sp]
-        ; lea rcx, [rcx + rax + 9]
-        ; jrcxz >ret_ok
-        ; jmp =>fail
-        ; ret_ok:
+        ; mov rcx, QWORD rec
+        ; mov rcx, QWORD [rcx + negk]
+        ; add rcx, QWORD [rax + fl.key]
+        ; jnz =>fail_r
+        ; mov rcx, QWORD j.addr as i64
+        ; cmp rcx, QWORD [rax + fl.ret_addr]
+        ; jne =>fail_r
+        ; lea rcx, [rsp - 8]
+        ; cmp rcx, QWORD [rax + fl.sp]
+        ; jne =>fail_r
     );
-    enter_inline(a, j, rec, false);
+    // The arc's inclusive cost += the running cost (with the inline deltas) - the cost at
+    // entry: Ir, or with eager charging every word of the running cost, before this block
+    // is charged; lazily the previous block (the callee's last) is charged first.
+    if j.eager.is_some() {
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS3], rbx
+            ; gs mov QWORD [IS4], rsi
+            ; mov rbx, QWORD [rdx + run_ir]
+            ; mov rsi, QWORD [rax + fl.incl]
+        );
+        for k in 0..j.cost_words as i32 {
+            let delta = match k {
+                0 => Some(ir),
+                1..=4 => Some(stat + 8 * (k - 1)),
+                _ => None,
+            };
+            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rbx + 8 * k]);
+            if let Some(d) = delta {
+                dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
+            }
+            dynasm!(a
+                ; .arch x64
+                ; sub rcx, QWORD [rax + fl.enter_ir + 8 * k]
+                ; add QWORD [rsi + 8 * k], rcx
+            );
+        }
+        dynasm!(a
+            ; .arch x64
+            ; gs mov rsi, QWORD [IS4]
+            ; gs mov rbx, QWORD [IS3]
+            ; mov rax, QWORD rec
+        );
+        enter_inline(a, j);
+    } else {
+        dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
+        enter_inline(a, j);
+        dynasm!(a
+            ; .arch x64
+            ; mov rax, QWORD [rdx + frame]
+            ; mov rcx, QWORD [rdx + run_ir]
+            ; mov rcx, QWORD [rcx]
+            ; add rcx, QWORD [rdx + ir]
+            ; sub rcx, QWORD [rax + fl.enter_ir]
+            ; mov rax, QWORD [rax + fl.incl]
+            ; add QWORD [rax], rcx
+        );
+    }
     dynasm!(a
         ; .arch x64
-        // The arc's inclusive Ir += running Ir (+ the inline delta) - Ir at entry.
-        ; mov rax, QWORD [rdx + run_ir]
-        ; mov rax, QWORD [rax]
-        ; mov rcx, QWORD [rdx + ir]
-        ; lea rax, [rax + rcx]
-        ; mov rcx, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rcx + fl.enter_ir]
-        ; not rcx
-        ; lea rax, [rax + rcx + 1]
-        ; mov rcx, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rcx + fl.incl]
-        ; mov rdx, QWORD [rcx]
-        ; lea rdx, [rdx + rax]
-        ; mov QWORD [rcx], rdx
-        ; mov rdx, QWORD st
         // The callee's activation count and the function stack as before the call.
         ; mov rax, QWORD [rdx + frame]
         ; mov ecx, DWORD [rax + fl.to_fn]
-        ; mov rax, QWORD [rdx + fn_active]
-        ; lea rcx, [rax + rcx * 4]
-        ; mov rax, QWORD [rdx + frame]
+        ; shl rcx, 2
+        ; add rcx, QWORD [rdx + fn_active]
         ; mov eax, DWORD [rax + fl.active]
         ; mov DWORD [rcx], eax
         ; mov rax, QWORD [rdx + frame]
         ; mov rcx, QWORD [rax + fl.fn_sp]
-        ; mov rax, QWORD [rdx + fn_base]
-        ; lea rcx, [rax + rcx * 4]
+        ; shl rcx, 2
+        ; add rcx, QWORD [rdx + fn_base]
         ; mov QWORD [rdx + fn_top], rcx
         ; mov QWORD [rdx + stack_moved], 1
-        ; mov rax, QWORD [rdx + frame]
         // The blocks that follow: the frame's key and next_sp.
         ; mov rcx, QWORD [rax + fl.next_sp]
         ; mov QWORD [rdx + top], rcx
@@ -1061,107 +1070,37 @@ fn inline_ret(
         ; .arch x64
         // The frame `drop` bytes below becomes the top one; below the bottom frame, the
         // empty frame.
-        ; mov rcx, QWORD [rax + fl.drop]
-        ; not rcx
-        ; lea rax, [rax + rcx + 1]
+        ; sub rax, QWORD [rax + fl.drop]
         ; mov rcx, QWORD [rdx + base_neg]
-        ; lea rcx, [rcx + rax + fl.size]
-        ; jrcxz =>bottom
-        ; jmp =>popped
-        ; =>bottom
+        ; add rcx, rax
+        ; cmp rcx, -fl.size
+        ; jne >popped
         ; mov rax, QWORD fl.empty_frame as i64
-        ; =>popped
+        ; popped:
         ; mov QWORD [rdx + frame], rax
     );
+    if !flags_dead {
+        restore_flags(a);
+    }
     dynasm!(a
         ; .arch x64
         ; gs mov rdx, QWORD [IS2]
         ; gs mov rcx, QWORD [IS1]
         ; gs mov rax, QWORD [IS0]
         ; jmp =>done
+        ; =>fail_r
     );
-}
-
-/// The part of the inline path both cases share (rdx = the state, rax and rcx free; with
-/// `flags_dead`, rax = `rec`): charge the previous block (its counter, the running Ir, one
-/// block; with `InlineJump::eager` the entered block instead) and make this block the last
-/// one, noting whether it ends in a `ret` the next block may take inline. Flag-free unless
-/// `flags_dead`.
-fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, rec: i64, flags_dead: bool) {
-    let JumpOffsets {
-        lcount,
-        ir,
-        bbs,
-        prev_ret,
-        rcount,
-        rmiss,
-        cur_miss,
-        stat,
-        ..
-    } = JUMP_OFF;
-    if flags_dead {
-        return enter_inline_with_flags(a, j);
+    if !flags_dead {
+        restore_flags(a);
     }
-    if let Some(more) = j.eager {
-        // Charge the block being entered, and point the miss helpers at its cost centre.
-        dynasm!(a
-            ; .arch x64
-            ; mov rax, QWORD rec
-            ; mov rcx, QWORD [rax + rmiss]
-            ; mov QWORD [rdx + cur_miss], rcx
-            ; mov rcx, QWORD [rax + rcount]
-            ; mov rax, QWORD [rcx]
-            ; lea rax, [rax + 1]
-            ; mov QWORD [rcx], rax
-            ; mov rax, QWORD [rdx + ir]
-            ; lea rax, [rax + j.ir as i32]
-            ; mov QWORD [rdx + ir], rax
-        );
-        for (k, &n) in more.iter().enumerate() {
-            if n != 0 {
-                let at = stat + 8 * k as i32;
-                dynasm!(a
-                    ; .arch x64
-                    ; mov rax, QWORD [rdx + at]
-                    ; lea rax, [rax + n as i32]
-                    ; mov QWORD [rdx + at], rax
-                );
-            }
-        }
-    } else {
-        dynasm!(a
-            ; .arch x64
-            ; mov rcx, QWORD [rdx + lcount]
-            ; mov rax, QWORD [rcx]
-            ; lea rax, [rax + 1]
-            ; mov QWORD [rcx], rax
-            ; mov rax, QWORD [rdx + ir]
-            ; mov rcx, QWORD [rcx + 8]
-            ; lea rax, [rax + rcx]
-            ; mov QWORD [rdx + ir], rax
-        );
-    }
-    dynasm!(a
-        ; .arch x64
-        ; mov rax, QWORD [rdx + bbs]
-        ; lea rax, [rax + 1]
-        ; mov QWORD [rdx + bbs], rax
-        ; mov rax, QWORD rec
-        ; mov rcx, QWORD [rax + rcount]
-        ; mov QWORD [rdx + lcount], rcx
-        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret || j.eager.is_some())
-    );
-    arm_call_plan(a, j, JUMP_OFF.rplan);
+    dynasm!(a ; .arch x64 ; jmp =>fail);
 }
 
 /// The end of every inline case (rdx = the state): the entered block arms the call case
 /// for the next block when it ends in a call (its cost centre's plan, read at `[rax +
-/// at]`), else disarms it. Not with eager charging (the call case is not used). Flag-free.
+/// at]`), else disarms it. Flag-free.
 fn arm_call_plan(a: &mut Asm, j: &super::calltrack::InlineJump, at: i32) {
     let call_plan = JUMP_OFF.call_plan;
-    if j.eager.is_some() {
-        return;
-    }
     if j.ends_call {
         dynasm!(a
             ; .arch x64
@@ -1200,6 +1139,8 @@ fn inline_call(
         fn_end,
         stack_moved,
         nonskipped,
+        stat,
+        cur_miss,
         ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
@@ -1250,25 +1191,12 @@ fn inline_call(
         ; mov rcx, QWORD [rdx + fn_top]
         ; cmp rcx, QWORD [rdx + fn_end]
         ; jae =>fail_saved
-        // Commit: charge the previous block, as the jump case does, or the stub: to the
-        // caller's skipped-cost sink, without an execution.
-        ; cmp QWORD [rdx + nonskipped], -1
-        ; jne >stub_charge
-        ; mov rcx, QWORD [rdx + lcount]
-        ; inc QWORD [rcx]
-        ; mov rcx, QWORD [rcx + 8]
-        ; add QWORD [rdx + ir], rcx
-        ; jmp >charged
-        ; stub_charge:
-        ; mov rcx, QWORD [rax + p.sink]
-        ; mov rbx, QWORD [rdx + lcount]
-        ; mov rbx, QWORD [rbx + 8]
-        ; add QWORD [rcx], rbx
-        ; add QWORD [rdx + ir], rbx
-        ; mov rbx, QWORD [rax + p.to_fn]
-        ; shl rbx, 2
-        ; add rbx, QWORD [rdx + fn_active]
-        ; charged:
+    );
+    if j.eager.is_none() {
+        lazy_call_charge(a);
+    }
+    dynasm!(a
+        ; .arch x64
         ; inc QWORD [rdx + bbs]
         // The frame (after a stub: at its sp, with its skipped state and next_sp).
         ; mov ecx, DWORD [rbx]
@@ -1301,10 +1229,32 @@ fn inline_call(
         ; mov rcx, QWORD [rcx + fl.next_sp]
         ; next_sp:
         ; mov QWORD [rsi + fl.next_sp], rcx
-        ; mov rcx, QWORD [rdx + run_ir]
-        ; mov rcx, QWORD [rcx]
-        ; add rcx, QWORD [rdx + ir]
-        ; mov QWORD [rsi + fl.enter_ir], rcx
+    );
+    // The running cost at entry: Ir, or with eager charging every word in use (before the
+    // callee is charged), with the inline deltas.
+    let words = if j.eager.is_some() {
+        j.cost_words as i32
+    } else {
+        1
+    };
+    for k in 0..words {
+        let delta = match k {
+            0 => Some(ir),
+            1..=4 => Some(stat + 8 * (k - 1)),
+            _ => None,
+        };
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rdx + run_ir]
+            ; mov rcx, QWORD [rcx + 8 * k]
+        );
+        if let Some(d) = delta {
+            dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
+        }
+        dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.enter_ir + 8 * k], rcx);
+    }
+    dynasm!(a
+        ; .arch x64
         ; mov rcx, QWORD [rdx + fn_top]
         ; sub rcx, QWORD [rdx + fn_base]
         ; shr rcx, 2
@@ -1327,6 +1277,21 @@ fn inline_call(
         ; mov QWORD [rdx + lcount], rcx
         ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret)
     );
+    if let Some(more) = j.eager {
+        // Charge it now, and point the miss helpers at its cost centre.
+        dynasm!(a
+            ; .arch x64
+            ; inc QWORD [rcx]
+            ; add QWORD [rdx + ir], j.ir as i32
+            ; mov rcx, QWORD [rax + p.callee_miss]
+            ; mov QWORD [rdx + cur_miss], rcx
+        );
+        for (k, &n) in more.iter().enumerate() {
+            if n != 0 {
+                dynasm!(a ; .arch x64 ; add QWORD [rdx + stat + 8 * k as i32], n as i32);
+            }
+        }
+    }
     if j.ends_plain {
         dynasm!(a
             ; .arch x64
@@ -1343,6 +1308,40 @@ fn inline_call(
         (fail_here, fail_saved),
         flags_dead,
         at_start,
+    );
+}
+
+/// The call case's charge of the previous block (lazy charging; rax = the plan, rbx = the
+/// callee's activation count): as the jump case does, or after the stub case the stub, to
+/// the caller's skipped-cost sink, without an execution.
+fn lazy_call_charge(a: &mut Asm) {
+    let JumpOffsets {
+        lcount,
+        ir,
+        nonskipped,
+        fn_active,
+        ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
+    dynasm!(a
+        ; .arch x64
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; jne >stub_charge
+        ; mov rcx, QWORD [rdx + lcount]
+        ; inc QWORD [rcx]
+        ; mov rcx, QWORD [rcx + 8]
+        ; add QWORD [rdx + ir], rcx
+        ; jmp >charged
+        ; stub_charge:
+        ; mov rcx, QWORD [rax + p.sink]
+        ; mov rbx, QWORD [rdx + lcount]
+        ; mov rbx, QWORD [rbx + 8]
+        ; add QWORD [rcx], rbx
+        ; add QWORD [rdx + ir], rbx
+        ; mov rbx, QWORD [rax + p.to_fn]
+        ; shl rbx, 2
+        ; add rbx, QWORD [rdx + fn_active]
+        ; charged:
     );
 }
 
@@ -1588,7 +1587,11 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             (size, saved),
             back,
         ),
-        SlowKind::InlineRet { jump, fail } => inline_ret(a, &jump, back, fail),
+        SlowKind::InlineRet {
+            jump,
+            fail,
+            flags_dead,
+        } => inline_ret(a, &jump, back, fail, flags_dead),
         SlowKind::InlineCall {
             jump,
             fail,
@@ -1665,9 +1668,12 @@ fn emit_slow(a: &mut Asm, s: Slow) {
     }
 }
 
-/// `enter_inline` where the flags are dead: the same stores, with `inc`/`add` to memory;
-/// rax already holds the block's record (the jump case compared its key).
-fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump) {
+/// The part of the jump and return cases (rdx = the state, rax = the block's record, rcx
+/// free, the flags saved or dead): charge the previous block (its counter, the running Ir,
+/// one block; with `InlineJump::eager` the entered block instead, and point the miss
+/// helpers at its cost centre) and make this block the last one, noting whether it ends in
+/// a `ret` or call the next block may take inline.
+fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump) {
     let JumpOffsets {
         lcount,
         ir,
@@ -1707,7 +1713,7 @@ fn enter_inline_with_flags(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ; inc QWORD [rdx + bbs]
         ; mov rcx, QWORD [rax + rcount]
         ; mov QWORD [rdx + lcount], rcx
-        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret || j.eager.is_some())
+        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret)
     );
     arm_call_plan(a, j, JUMP_OFF.rplan);
 }

@@ -993,17 +993,14 @@ impl Tool for Callgrind {
             .runtime()
             .map_or((false, false), |rt| (rt.inline_jumps, rt.eager));
         // The call case (`CallPlan`) where a fast-path call into the block could be made: no
-        // trigger, toggle or skipped function, Ir only. A function's entry block takes only
+        // trigger, toggle or skipped function. A function's entry block takes only
         // that case; other blocks (calls into functions without symbols) try it after the
         // jump and return cases.
         let fl = &bb.flags;
-        let call_case = !(eager
-            || fl.skip
-            || fl.dump_before
-            || fl.zero_before
-            || fl.toggle_collect
-            || fl.dump_after);
-        // A skipped function's first block (a PLT stub's) takes the stub case instead.
+        let call_case =
+            !(fl.skip || fl.dump_before || fl.zero_before || fl.toggle_collect || fl.dump_after);
+        // A skipped function's first block (a PLT stub's) takes the stub case instead (Ir
+        // only).
         let stub = !eager
             && fl.skip
             && (bb.is_entry || bb.sect == dumper::symbols::SectionKind::Plt as u8);
@@ -1022,6 +1019,7 @@ impl Tool for Callgrind {
                 entry: bb.is_entry,
                 call_case,
                 stub,
+                cost_words: self.runtime().map_or(1, |rt| rt.n_cost as u32),
                 frame: runtime::frame_layout(),
                 eager: self.runtime().filter(|rt| rt.eager).map(|rt| {
                     let n = rt.n_cost.min(N_STATIC);

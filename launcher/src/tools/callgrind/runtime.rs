@@ -1334,11 +1334,12 @@ impl Runtime {
         // The next call from `from` into `bb` at this recursion level can be made inline
         // (`CallPlan`), where the function stack's top is the caller's function, as it is
         // whenever no skipped function is active.
-        if self.inline_jumps && !self.eager && push_fn == (from_fn != to_fn) {
+        if self.inline_jumps && push_fn == (from_fn != to_fn) {
             let inc = a_new.wrapping_sub(a_old);
             let (lo, hi) = level_range(recs, idx, inc);
-            let callee_plan = match self.bbccs.get(to as usize) {
-                Some(c) => &c.plan as *const CallPlan as u64,
+            let (callee_plan, callee_miss) = match self.bbccs.get(to as usize) {
+                Some(c) if c.miss.is_empty() => (&c.plan as *const CallPlan as u64, 0),
+                Some(c) => (&c.plan as *const CallPlan as u64, c.miss.as_ptr() as u64),
                 None => return true,
             };
             let arc_count = match self.jccs.get(j as usize) {
@@ -1362,6 +1363,7 @@ impl Runtime {
             p.ret_key.store(ret_key, r);
             p.callee_count.store(bb.fast_count.get() as u64, r);
             p.callee_plan.store(callee_plan, r);
+            p.callee_miss.store(callee_miss, r);
             p.callee_expect
                 .store(inline_key(bkey, bb.obj, bb.sect).unwrap_or(u64::MAX), r);
             p.arc_count.store(arc_count, r);
@@ -2229,7 +2231,7 @@ impl Runtime {
         if !f.last_bb.is_null() {
             // SAFETY: a leaked BlockInfo.
             let lbb = unsafe { &*f.last_bb };
-            if lbb.plain_ret() && !self.eager {
+            if lbb.plain_ret() {
                 prev_ret = 0;
             }
         }
@@ -2241,7 +2243,6 @@ impl Runtime {
         // capacity is initialised).
         let frames = t.collect
             && top_ok
-            && !self.eager
             && t.nonskipped.is_none()
             && t.stack.capacity() > 0
             && t.stack.capacity() == t.spare_init;
