@@ -3,8 +3,7 @@
  * collection toggled by a client request around `measured` when CLG_TOGGLE is defined, and
  * in `alternate` an indirect call site alternating between two callees, chains of returns,
  * PLT calls into libc and (with -O2) tail calls, also through a PLT stub (the fast and
- * inline call/return paths). CLG_NO_LONGJMP leaves the dives out (the stripped build: Valgrind
- * does not skip the `_setjmp` PLT stub there, rgrind does). */
+ * inline call/return paths). */
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
@@ -45,13 +44,11 @@ __attribute__((noinline)) long alternate(void) {
 int main(void) {
     long f = fib(10);
     int got = 0;
-#ifndef CLG_NO_LONGJMP
     for (int i = 0; i < 3; i++) {
         int r = setjmp(env);
         if (r == 0) dive(0);
         else got += r;
     }
-#endif
     long a = setup();
 #ifdef CLG_TOGGLE
     CALLGRIND_TOGGLE_COLLECT;

