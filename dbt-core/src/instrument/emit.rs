@@ -923,16 +923,7 @@ fn inline_jump(
     if !j.ends_plain {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
-    if !flags_dead {
-        restore_flags(a);
-    }
-    dynasm!(a
-        ; .arch x64
-        ; gs mov rdx, QWORD [IS2]
-        ; gs mov rcx, QWORD [IS1]
-        ; gs mov rax, QWORD [IS0]
-        ; jmp =>done
-    );
+    restore_to(a, flags_dead, done);
     if !flags_dead {
         dynasm!(a ; .arch x64 ; =>fail_here);
         restore_flags(a);
@@ -1079,17 +1070,8 @@ fn inline_ret(
         ; popped:
         ; mov QWORD [rdx + frame], rax
     );
-    if !flags_dead {
-        restore_flags(a);
-    }
-    dynasm!(a
-        ; .arch x64
-        ; gs mov rdx, QWORD [IS2]
-        ; gs mov rcx, QWORD [IS1]
-        ; gs mov rax, QWORD [IS0]
-        ; jmp =>done
-        ; =>fail_r
-    );
+    restore_to(a, flags_dead, done);
+    dynasm!(a ; .arch x64 ; =>fail_r);
     if !flags_dead {
         restore_flags(a);
     }
@@ -1132,12 +1114,9 @@ fn inline_call(
         bbs,
         prev_ret,
         frame,
-        run_ir,
         fn_active,
-        fn_base,
         fn_top,
         fn_end,
-        stack_moved,
         nonskipped,
         stat,
         cur_miss,
@@ -1146,18 +1125,7 @@ fn inline_call(
     let p = PLAN_OFF;
     let fl = j.frame;
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
-    if at_start {
-        dynasm!(a
-            ; .arch x64
-            ; gs mov QWORD [IS0], rax
-            ; gs mov QWORD [IS1], rcx
-            ; gs mov QWORD [IS2], rdx
-        );
-    }
-    if !flags_dead {
-        save_flags(a);
-    }
-    plan_checks(a, j, fail_here);
+    plan_checks(a, j, fail_here, flags_dead, at_start);
     dynasm!(a
         ; .arch x64
         // A direct call: nothing to unwind and the frame below stays (rsp + 8 <= top_sp).
@@ -1230,38 +1198,9 @@ fn inline_call(
         ; next_sp:
         ; mov QWORD [rsi + fl.next_sp], rcx
     );
-    // The running cost at entry: Ir, or with eager charging every word in use (before the
-    // callee is charged), with the inline deltas.
-    let words = if j.eager.is_some() {
-        j.cost_words as i32
-    } else {
-        1
-    };
-    for k in 0..words {
-        let delta = match k {
-            0 => Some(ir),
-            1..=4 => Some(stat + 8 * (k - 1)),
-            _ => None,
-        };
-        dynasm!(a
-            ; .arch x64
-            ; mov rcx, QWORD [rdx + run_ir]
-            ; mov rcx, QWORD [rcx + 8 * k]
-        );
-        if let Some(d) = delta {
-            dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
-        }
-        dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.enter_ir + 8 * k], rcx);
-    }
+    frame_top(a, j);
     dynasm!(a
         ; .arch x64
-        ; mov rcx, QWORD [rdx + fn_top]
-        ; sub rcx, QWORD [rdx + fn_base]
-        ; shr rcx, 2
-        ; mov QWORD [rsi + fl.fn_sp], rcx
-        ; mov QWORD [rdx + frame], rsi
-        ; mov QWORD [rdx + top], rsp
-        ; mov QWORD [rdx + stack_moved], 1
         ; mov QWORD [rdx + nonskipped], -1
         // The callee's function on the function stack.
         ; cmp QWORD [rax + p.push_fn], 0
@@ -1345,11 +1284,29 @@ fn lazy_call_charge(a: &mut Asm) {
     );
 }
 
-/// The checks every case on a `CallPlan` starts with (flags saved, rax/rcx/rdx free):
-/// rdx = the state, rax = the armed plan, which names this block (`callee`, or `stub` for
-/// the stub case) and whose return address is `[rsp]`, the running thread owns the state
-/// and the frame cases are armed. Else to `fail`.
-fn plan_checks(a: &mut Asm, j: &super::calltrack::InlineJump, fail: DynamicLabel) {
+/// The start of every case on a `CallPlan`: rax, rcx, rdx saved (`at_start`; else they are)
+/// and the flags (unless dead), then the checks: rdx = the state, rax = the armed plan,
+/// which names this block (`callee`, or `stub` for the stub case) and whose return address
+/// is `[rsp]`, the running thread owns the state and the frame cases are armed. Else to
+/// `fail`.
+fn plan_checks(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    fail: DynamicLabel,
+    flags_dead: bool,
+    at_start: bool,
+) {
+    if at_start {
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS0], rax
+            ; gs mov QWORD [IS1], rcx
+            ; gs mov QWORD [IS2], rdx
+        );
+    }
+    if !flags_dead {
+        save_flags(a);
+    }
     let st = j.state as *const super::calltrack::JumpState as i64;
     let JumpOffsets {
         owner,
@@ -1406,6 +1363,71 @@ fn frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail: DynamicLabel)
     );
 }
 
+/// The end of a frame push (rsi = the new frame, its other fields written): the running
+/// cost at entry (Ir, or with eager charging every word in use, before the callee is
+/// charged; with the inline deltas) and the function stack's depth; the frame becomes the
+/// top one, at rsp.
+fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
+    let JumpOffsets {
+        top,
+        frame,
+        run_ir,
+        ir,
+        stat,
+        fn_base,
+        fn_top,
+        stack_moved,
+        ..
+    } = JUMP_OFF;
+    let fl = j.frame;
+    let words = if j.eager.is_some() {
+        j.cost_words as i32
+    } else {
+        1
+    };
+    for k in 0..words {
+        let delta = match k {
+            0 => Some(ir),
+            1..=4 => Some(stat + 8 * (k - 1)),
+            _ => None,
+        };
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rdx + run_ir]
+            ; mov rcx, QWORD [rcx + 8 * k]
+        );
+        if let Some(d) = delta {
+            dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
+        }
+        dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.enter_ir + 8 * k], rcx);
+    }
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rdx + fn_top]
+        ; sub rcx, QWORD [rdx + fn_base]
+        ; shr rcx, 2
+        ; mov QWORD [rsi + fl.fn_sp], rcx
+        ; mov QWORD [rdx + frame], rsi
+        ; mov QWORD [rdx + top], rsp
+        ; mov QWORD [rdx + stack_moved], 1
+    );
+}
+
+/// The flags (from `gs:[instr_flags]`, unless dead) and rax, rcx, rdx (from
+/// `gs:[instr_scratch]`) put back, then to `done`.
+fn restore_to(a: &mut Asm, flags_dead: bool, done: DynamicLabel) {
+    if !flags_dead {
+        restore_flags(a);
+    }
+    dynasm!(a
+        ; .arch x64
+        ; gs mov rdx, QWORD [IS2]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+        ; jmp =>done
+    );
+}
+
 /// The ways out of a plan case: rsi, rbx, the flags and rax/rcx/rdx restored, to `done`;
 /// `fail_saved` (rbx and rsi saved) and `fail_here` lead to `fail` (placed here when
 /// `at_start`).
@@ -1421,15 +1443,9 @@ fn case_exits(
         ; gs mov rsi, QWORD [IS4]
         ; gs mov rbx, QWORD [IS3]
     );
-    if !flags_dead {
-        restore_flags(a);
-    }
+    restore_to(a, flags_dead, done);
     dynasm!(a
         ; .arch x64
-        ; gs mov rdx, QWORD [IS2]
-        ; gs mov rcx, QWORD [IS1]
-        ; gs mov rax, QWORD [IS0]
-        ; jmp =>done
         ; =>fail_saved
         ; gs mov rsi, QWORD [IS4]
         ; gs mov rbx, QWORD [IS3]
@@ -1466,27 +1482,13 @@ fn inline_stub(
         ir,
         bbs,
         prev_ret,
-        frame,
-        run_ir,
-        fn_base,
-        fn_top,
-        stack_moved,
         nonskipped,
         ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
     let fl = j.frame;
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
-    dynasm!(a
-        ; .arch x64
-        ; gs mov QWORD [IS0], rax
-        ; gs mov QWORD [IS1], rcx
-        ; gs mov QWORD [IS2], rdx
-    );
-    if !flags_dead {
-        save_flags(a);
-    }
-    plan_checks(a, j, fail_here);
+    plan_checks(a, j, fail_here, flags_dead, true);
     dynasm!(a
         ; .arch x64
         ; lea rcx, [rsp + 8]
@@ -1519,17 +1521,10 @@ fn inline_stub(
         ; mov QWORD [rsi + fl.drop], 0
         ; mov rcx, QWORD [rdx + top]
         ; mov QWORD [rsi + fl.next_sp], rcx
-        ; mov rcx, QWORD [rdx + run_ir]
-        ; mov rcx, QWORD [rcx]
-        ; add rcx, QWORD [rdx + ir]
-        ; mov QWORD [rsi + fl.enter_ir], rcx
-        ; mov rcx, QWORD [rdx + fn_top]
-        ; sub rcx, QWORD [rdx + fn_base]
-        ; shr rcx, 2
-        ; mov QWORD [rsi + fl.fn_sp], rcx
-        ; mov QWORD [rdx + frame], rsi
-        ; mov QWORD [rdx + top], rsp
-        ; mov QWORD [rdx + stack_moved], 1
+    );
+    frame_top(a, j);
+    dynasm!(a
+        ; .arch x64
         ; mov rcx, QWORD [rax + p.from_bbcc]
         ; mov QWORD [rdx + nonskipped], rcx
         // The stub, with its cost centre, is the last block; the plan stays armed.
@@ -1775,14 +1770,8 @@ fn data_slow(
         dynasm!(a ; .arch x64 ; =>straddle);
     }
     helper_call(a, helper, size, ret);
-    dynasm!(a
-        ; .arch x64
-        ; =>ret
-        ; gs mov rdx, QWORD [IS2]
-        ; gs mov rcx, QWORD [IS1]
-        ; gs mov rax, QWORD [IS0]
-        ; jmp =>back
-    );
+    dynasm!(a ; .arch x64 ; =>ret);
+    restore_to(a, true, back);
 }
 
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =

@@ -1531,26 +1531,9 @@ impl Runtime {
         if t.nonskipped.is_some() || top_sp < sp {
             return false;
         }
-        let (Some(cxt), Some(from)) = (Self::opt(&t.cxt), Self::opt(&t.last_bbcc)) else {
+        let Some((cxt, from)) = self.skipped_entry(t, bb) else {
             return false;
         };
-        let Some(cx) = self.cxts.get(cxt as usize) else {
-            return false;
-        };
-        let Some(&top_fn) = cx.fns.first() else {
-            return false;
-        };
-        let idx = if cx.recs > 1 {
-            match t.fn_active.get(top_fn as usize) {
-                Some(&a) if a > 0 => a.min(cx.recs) - 1,
-                _ => return false,
-            }
-        } else {
-            0
-        };
-        if !self.cached_as(bb, fast_key(cxt, idx, t.th)) {
-            return false;
-        }
         if t.stack.len() >= t.stack.capacity() {
             return false;
         }
@@ -1585,26 +1568,9 @@ impl Runtime {
         if frame_sp < sp || t.stack.len() >= t.stack.capacity() {
             return false;
         }
-        let (Some(cxt), Some(from)) = (Self::opt(&t.cxt), Self::opt(&t.last_bbcc)) else {
+        let Some((cxt, from)) = self.skipped_entry(t, bb) else {
             return false;
         };
-        let Some(cx) = self.cxts.get(cxt as usize) else {
-            return false;
-        };
-        let Some(&top_fn) = cx.fns.first() else {
-            return false;
-        };
-        let idx = if cx.recs > 1 {
-            match t.fn_active.get(top_fn as usize) {
-                Some(&a) if a > 0 => a.min(cx.recs) - 1,
-                _ => return false,
-            }
-        } else {
-            0
-        };
-        if !self.cached_as(bb, fast_key(cxt, idx, t.th)) {
-            return false;
-        }
         // Commit: charge the previous block, push the frame (as `push_call` with `skip`),
         // enter `bb`.
         self.bb_executions = self.bb_executions.wrapping_add(1);
@@ -1613,6 +1579,26 @@ impl Runtime {
         t.nonskipped = Some(from);
         self.enter_skipped(t, bb, from);
         true
+    }
+
+    /// Entering skipped block `bb` from the running context (as `setup`: no context change,
+    /// the level of the running function): that context and the cost centre skipped costs go
+    /// to (the previous block's), when `bb`'s cached cost centre is the one for them.
+    #[inline(always)]
+    fn skipped_entry(&self, t: &ThreadState, bb: &BlockInfo) -> Option<(u32, u32)> {
+        let (cxt, from) = (Self::opt(&t.cxt)?, Self::opt(&t.last_bbcc)?);
+        let cx = self.cxts.get(cxt as usize)?;
+        let &top_fn = cx.fns.first()?;
+        let idx = if cx.recs > 1 {
+            match t.fn_active.get(top_fn as usize) {
+                Some(&a) if a > 0 => a.min(cx.recs) - 1,
+                _ => return None,
+            }
+        } else {
+            0
+        };
+        self.cached_as(bb, fast_key(cxt, idx, t.th))
+            .then_some((cxt, from))
     }
 
     /// The end of a fast path into a skipped function whose costs go to cost centre `from`:
