@@ -522,6 +522,7 @@ impl Callgrind {
             n_insns: b.insns.len() as u64,
             exit,
             is_entry,
+            named: loc.function.is_some(),
             obj,
             sect,
             fn_id,
@@ -1005,6 +1006,9 @@ impl Tool for Callgrind {
             && fl.skip
             && (bb.is_entry || bb.sect == dumper::symbols::SectionKind::Plt as u8);
         if inline && (!bb.is_entry || call_case || stub) {
+            // Outside entry blocks the call case is for functions without symbols (a call
+            // into a named function starts at its entry); elsewhere it would only be code.
+            let call_case = call_case && (bb.is_entry || !bb.named);
             // A plain jump into this block (or a call into it) is handled inline (see
             // `runtime::JUMP`).
             let jump = InlineJump {

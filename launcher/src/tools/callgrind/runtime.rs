@@ -221,6 +221,8 @@ pub struct BlockInfo {
     pub exit: Exit,
     /// Starts at a symbol's first byte.
     pub is_entry: bool,
+    /// Lies in a function the symbol tables name (a call into it starts at its entry).
+    pub named: bool,
     pub obj: u32,
     pub sect: u8,
     pub fn_id: u32,
@@ -2857,6 +2859,7 @@ mod tests {
             n_insns: n,
             exit: Exit::Other,
             is_entry: false,
+            named: true,
             obj: 0,
             sect: 0,
             fn_id: 0,
