@@ -1266,10 +1266,10 @@ fn lazy_call_charge(a: &mut Asm) {
         ; .arch x64
         ; cmp QWORD [rdx + nonskipped], -1
         ; jne >stub_charge
-        ; mov rcx, QWORD [rdx + lcount]
-        ; inc QWORD [rcx]
-        ; mov rcx, QWORD [rcx + 8]
-        ; add QWORD [rdx + ir], rcx
+    );
+    charge_previous(a);
+    dynasm!(a
+        ; .arch x64
         ; jmp >charged
         ; stub_charge:
         ; mov rcx, QWORD [rax + p.sink]
@@ -1281,6 +1281,19 @@ fn lazy_call_charge(a: &mut Asm) {
         ; shl rbx, 2
         ; add rbx, QWORD [rdx + fn_active]
         ; charged:
+    );
+}
+
+/// Lazy charging of the previous block (rdx = the state, rcx free, flags saved or dead):
+/// one execution on its counter, its Ir (the word after the counter) to the running Ir.
+fn charge_previous(a: &mut Asm) {
+    let JumpOffsets { lcount, ir, .. } = JUMP_OFF;
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rdx + lcount]
+        ; inc QWORD [rcx]
+        ; mov rcx, QWORD [rcx + 8]
+        ; add QWORD [rdx + ir], rcx
     );
 }
 
@@ -1479,7 +1492,6 @@ fn inline_stub(
         expect,
         top,
         lcount,
-        ir,
         bbs,
         prev_ret,
         nonskipped,
@@ -1498,13 +1510,10 @@ fn inline_stub(
         ; gs mov QWORD [IS4], rsi
     );
     frame_slot(a, j, fail_saved);
+    // Commit: charge the caller's block, as the jump case does.
+    charge_previous(a);
     dynasm!(a
         ; .arch x64
-        // Commit: charge the caller's block, as the jump case does.
-        ; mov rcx, QWORD [rdx + lcount]
-        ; inc QWORD [rcx]
-        ; mov rcx, QWORD [rcx + 8]
-        ; add QWORD [rdx + ir], rcx
         ; inc QWORD [rdx + bbs]
         // The stub's frame: no arc, no return plan.
         ; mov DWORD [rsi + fl.arc], -1
@@ -1695,13 +1704,7 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump) {
             }
         }
     } else {
-        dynasm!(a
-            ; .arch x64
-            ; mov rcx, QWORD [rdx + lcount]
-            ; inc QWORD [rcx]
-            ; mov rcx, QWORD [rcx + 8]
-            ; add QWORD [rdx + ir], rcx
-        );
+        charge_previous(a);
     }
     dynasm!(a
         ; .arch x64
