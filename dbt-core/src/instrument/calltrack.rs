@@ -288,8 +288,9 @@ impl Default for InlineRec {
 /// `rsp` and its key is this block's, the inline code charges the previous block as for a
 /// jump, adds the Ir run since the frame was entered to the frame's arc's inclusive cost,
 /// puts back the callee's activation count and the function stack's depth the frame
-/// recorded, makes the frame below the top one (or `empty_frame`), and continues with `expect` = the frame's key (when this block ends plainly) and
-/// `top_sp` = the frame's `next_sp`.
+/// recorded, makes the frame `drop` bytes below the top one (or `empty_frame`), and
+/// continues with `expect` = the frame's key (when this block ends plainly) and `top_sp` =
+/// the frame's `next_sp`.
 #[derive(Clone, Copy, Debug)]
 pub struct InlineJump {
     pub state: &'static JumpState,

@@ -899,7 +899,7 @@ fn inline_jump(
         ; gs mov QWORD [IS2], rdx
     );
     // Live flags are kept in `gs:[instr_flags]` around the compares; every way out puts
-    // them back (the return case and the calls after `fail` touch no flags).
+    // them back (the return case, reached with them still saved, does so itself).
     let fail_here = if flags_dead {
         fail
     } else {
@@ -957,7 +957,6 @@ fn inline_ret(
         base_neg,
         run_ir,
         ir,
-        stat,
         negk,
         fn_active,
         fn_base,
@@ -997,13 +996,8 @@ fn inline_ret(
             ; mov rsi, QWORD [rax + fl.incl]
         );
         for k in 0..j.cost_words as i32 {
-            let delta = match k {
-                0 => Some(ir),
-                1..=4 => Some(stat + 8 * (k - 1)),
-                _ => None,
-            };
             dynasm!(a ; .arch x64 ; mov rcx, QWORD [rbx + 8 * k]);
-            if let Some(d) = delta {
+            if let Some(d) = cost_delta(k) {
                 dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
             }
             dynasm!(a
@@ -1109,17 +1103,12 @@ fn inline_call(
     let JumpOffsets {
         expect,
         top,
-        lcount,
-        ir,
         bbs,
-        prev_ret,
         frame,
         fn_active,
         fn_top,
         fn_end,
         nonskipped,
-        stat,
-        cur_miss,
         ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
@@ -1211,26 +1200,9 @@ fn inline_call(
         ; add rcx, 4
         ; mov QWORD [rdx + fn_top], rcx
         ; pushed:
-        // This block, with the planned cost centre, is the last one.
-        ; mov rcx, QWORD [rax + p.callee_count]
-        ; mov QWORD [rdx + lcount], rcx
-        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret)
     );
-    if let Some(more) = j.eager {
-        // Charge it now, and point the miss helpers at its cost centre.
-        dynasm!(a
-            ; .arch x64
-            ; inc QWORD [rcx]
-            ; add QWORD [rdx + ir], j.ir as i32
-            ; mov rcx, QWORD [rax + p.callee_miss]
-            ; mov QWORD [rdx + cur_miss], rcx
-        );
-        for (k, &n) in more.iter().enumerate() {
-            if n != 0 {
-                dynasm!(a ; .arch x64 ; add QWORD [rdx + stat + 8 * k as i32], n as i32);
-            }
-        }
-    }
+    // This block, with the planned cost centre, is the last one.
+    enter_block(a, j, (p.callee_count, p.callee_miss, p.callee_plan));
     if j.ends_plain {
         dynasm!(a
             ; .arch x64
@@ -1240,7 +1212,6 @@ fn inline_call(
     } else {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
-    arm_call_plan(a, j, p.callee_plan);
     case_exits(
         a,
         (done, fail),
@@ -1385,8 +1356,6 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
         top,
         frame,
         run_ir,
-        ir,
-        stat,
         fn_base,
         fn_top,
         stack_moved,
@@ -1399,17 +1368,12 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
         1
     };
     for k in 0..words {
-        let delta = match k {
-            0 => Some(ir),
-            1..=4 => Some(stat + 8 * (k - 1)),
-            _ => None,
-        };
         dynasm!(a
             ; .arch x64
             ; mov rcx, QWORD [rdx + run_ir]
             ; mov rcx, QWORD [rcx + 8 * k]
         );
-        if let Some(d) = delta {
+        if let Some(d) = cost_delta(k) {
             dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
         }
         dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.enter_ir + 8 * k], rcx);
@@ -1424,6 +1388,18 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ; mov QWORD [rdx + top], rsp
         ; mov QWORD [rdx + stack_moved], 1
     );
+}
+
+/// Where the state keeps the inline delta of the tool's running-cost word `k` (`JumpState`
+/// `ir` for Ir, `stat` for the next four static events; the miss words have none: the
+/// helpers count into the running cost directly).
+fn cost_delta(k: i32) -> Option<i32> {
+    let JumpOffsets { ir, stat, .. } = JUMP_OFF;
+    match k {
+        0 => Some(ir),
+        1..=4 => Some(stat + 8 * (k - 1)),
+        _ => None,
+    }
 }
 
 /// The flags (from `gs:[instr_flags]`, unless dead) and rax, rcx, rdx (from
@@ -1515,19 +1491,16 @@ fn inline_stub(
     dynasm!(a
         ; .arch x64
         ; inc QWORD [rdx + bbs]
-        // The stub's frame: no arc, no return plan.
+        // The stub's frame: no arc, no return plan (so the rest of the plan is never read,
+        // but its `next_sp`, which the call case passes on).
         ; mov DWORD [rsi + fl.arc], -1
         ; mov rcx, QWORD [rax + p.caller_cxt]
         ; mov DWORD [rsi + fl.cxt], ecx
         ; mov DWORD [rsi + fl.nonskipped], -1
-        ; mov DWORD [rsi + fl.to_fn], 0
-        ; mov DWORD [rsi + fl.active], 0
         ; mov QWORD [rsi + fl.sp], rsp
         ; mov rcx, QWORD [rax + p.ret_addr]
         ; mov QWORD [rsi + fl.ret_addr], rcx
         ; mov QWORD [rsi + fl.key], -1
-        ; mov QWORD [rsi + fl.incl], 0
-        ; mov QWORD [rsi + fl.drop], 0
         ; mov rcx, QWORD [rdx + top]
         ; mov QWORD [rsi + fl.next_sp], rcx
     );
@@ -1673,47 +1646,62 @@ fn emit_slow(a: &mut Asm, s: Slow) {
 }
 
 /// The part of the jump and return cases (rdx = the state, rax = the block's record, rcx
-/// free, the flags saved or dead): charge the previous block (its counter, the running Ir,
-/// one block; with `InlineJump::eager` the entered block instead, and point the miss
-/// helpers at its cost centre) and make this block the last one, noting whether it ends in
-/// a `ret` or call the next block may take inline.
+/// free, the flags saved or dead): charge the previous block lazily (its counter, the
+/// running Ir), count one block, and enter this one with the record's cost centre.
 fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump) {
+    let JumpOffsets {
+        bbs,
+        rcount,
+        rmiss,
+        rplan,
+        ..
+    } = JUMP_OFF;
+    if j.eager.is_none() {
+        charge_previous(a);
+    }
+    dynasm!(a ; .arch x64 ; inc QWORD [rdx + bbs]);
+    enter_block(a, j, (rcount, rmiss, rplan));
+}
+
+/// Makes this block the last one (rdx = the state, rax = the record or plan holding its
+/// cost centre's counter, miss array and plan at `(count, miss, plan)`, rcx free, the flags
+/// saved or dead): with `InlineJump::eager` it is charged now (its counter, Ir and further
+/// static costs) and the miss helpers are pointed at its cost centre; it notes whether the
+/// block ends in a `ret` or call the next block may take inline.
+fn enter_block(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    (count, miss, plan): (i32, i32, i32),
+) {
     let JumpOffsets {
         lcount,
         ir,
-        bbs,
         prev_ret,
         cur_miss,
         stat,
-        rcount,
-        rmiss,
         ..
     } = JUMP_OFF;
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rax + count]
+        ; mov QWORD [rdx + lcount], rcx
+    );
     if let Some(more) = j.eager {
         dynasm!(a
             ; .arch x64
-            ; mov rcx, QWORD [rax + rmiss]
-            ; mov QWORD [rdx + cur_miss], rcx
-            ; mov rcx, QWORD [rax + rcount]
             ; inc QWORD [rcx]
             ; add QWORD [rdx + ir], j.ir as i32
+            ; mov rcx, QWORD [rax + miss]
+            ; mov QWORD [rdx + cur_miss], rcx
         );
         for (k, &n) in more.iter().enumerate() {
             if n != 0 {
                 dynasm!(a ; .arch x64 ; add QWORD [rdx + stat + 8 * k as i32], n as i32);
             }
         }
-    } else {
-        charge_previous(a);
     }
-    dynasm!(a
-        ; .arch x64
-        ; inc QWORD [rdx + bbs]
-        ; mov rcx, QWORD [rax + rcount]
-        ; mov QWORD [rdx + lcount], rcx
-        ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret)
-    );
-    arm_call_plan(a, j, JUMP_OFF.rplan);
+    dynasm!(a ; .arch x64 ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret));
+    arm_call_plan(a, j, plan);
 }
 
 /// The out-of-line part of a data check (`SlowKind::Data`): puts every guest register the

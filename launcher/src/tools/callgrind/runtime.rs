@@ -848,11 +848,7 @@ impl Runtime {
         bb.fast_key.set(key);
         let count = core::ptr::addr_of!(c.count) as *mut u64;
         bb.fast_count.set(count);
-        let miss = if c.miss.is_empty() {
-            0
-        } else {
-            c.miss.as_ptr() as u64
-        };
+        let miss = Self::miss_ptr(c) as u64;
         let ik = inline_key(key, bb.obj, bb.sect)
             .filter(|_| !bb.is_entry)
             .unwrap_or(u64::MAX - 1);
@@ -935,12 +931,13 @@ impl Runtime {
         self.miss_events = ev;
     }
 
-    /// The miss array of a cost centre (null when there is none).
-    fn miss_ptr(c: &mut Bbcc) -> *mut u64 {
+    /// The miss array of a cost centre (null when there is none), where the simulator
+    /// helpers count (through `JumpState::cur_miss`).
+    fn miss_ptr(c: &Bbcc) -> *mut u64 {
         if c.miss.is_empty() {
             core::ptr::null_mut()
         } else {
-            c.miss.as_mut_ptr()
+            c.miss.as_ptr().cast_mut()
         }
     }
 
@@ -954,7 +951,7 @@ impl Runtime {
         let (base, stride) = match (t.collect, t.nonskipped, t.last_bbcc) {
             (false, _, _) => (core::ptr::null_mut(), 0),
             (true, Some(ns), _) => (self.bbccs[ns as usize].skipped[R_MISS..].as_mut_ptr(), 0),
-            (true, None, Some(b)) => (Self::miss_ptr(&mut self.bbccs[b as usize]), self.miss_slots),
+            (true, None, Some(b)) => (Self::miss_ptr(&self.bbccs[b as usize]), self.miss_slots),
             (true, None, None) => (core::ptr::null_mut(), 0),
         };
         set_cur_miss(base);
@@ -1340,8 +1337,7 @@ impl Runtime {
             let inc = a_new.wrapping_sub(a_old);
             let (lo, hi) = level_range(recs, idx, inc);
             let (callee_plan, callee_miss) = match self.bbccs.get(to as usize) {
-                Some(c) if c.miss.is_empty() => (&c.plan as *const CallPlan as u64, 0),
-                Some(c) => (&c.plan as *const CallPlan as u64, c.miss.as_ptr() as u64),
+                Some(c) => (&c.plan as *const CallPlan as u64, Self::miss_ptr(c) as u64),
                 None => return true,
             };
             let arc_count = match self.jccs.get(j as usize) {
