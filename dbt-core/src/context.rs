@@ -14,6 +14,7 @@
 //! This module does not allocate translations or decide anything about the guest: it is the
 //! storage the dispatcher, the translator and the asm glue agree on.
 use core::mem::offset_of;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// Number of entries in a thread's IBL table. Indexed by the low 16 bits of the guest target,
 /// which translated code extracts with a flag-free `movzx`.
@@ -43,15 +44,17 @@ pub mod reg {
     pub const R15: usize = 15;
 }
 
-/// One entry of the in-cache indirect-branch lookup table.
+/// One entry of the in-cache indirect-branch lookup table. Atomic words: other threads empty
+/// the table (`clear_ibl`) while its thread reads it in translated code.
 #[repr(C)]
-#[derive(Clone, Copy)]
 pub struct IblEntry {
     /// `0 - guest_target`, so that `neg_tag + target == 0` tests a hit with a flag-free `lea`
     /// followed by `jrcxz`.
-    pub neg_tag: u64,
-    /// Host address of the translation of `guest_target`.
-    pub host: u64,
+    pub neg_tag: AtomicU64,
+    /// Host address of the translation of `guest_target`'s IBL entry; `rgrind_ibl_miss` in
+    /// an entry never filled. Never zero: the lookup loads it after the tag compare, and the
+    /// tag may have been emptied in between.
+    pub host: AtomicU64,
 }
 
 /// Why translated code returned to the dispatcher; written to `ThreadContext::exit_id`.
@@ -212,6 +215,10 @@ impl ThreadContext {
         if !crate::instrument::helper::init_context(ctx) {
             return None;
         }
+        let miss = crate::dispatch::ibl_miss_addr();
+        for e in ctx.ibl.iter() {
+            e.host.store(miss, Ordering::Relaxed);
+        }
         ctx.clear_ibl();
         Some(ctx)
     }
@@ -228,18 +235,20 @@ impl ThreadContext {
         unsafe { libc::munmap(ctx.cast(), core::mem::size_of::<ThreadContext>()) };
     }
 
-    /// Empties the IBL table (after translations were discarded).
-    pub fn clear_ibl(&mut self) {
-        for e in self.ibl.iter_mut() {
-            e.neg_tag = 1;
-            e.host = 0;
+    /// Empties the IBL table (after translations were discarded); called from any thread.
+    /// Only the tags change: a lookup that compared an old tag still jumps to the old
+    /// translation (code is never freed), as it would had it run a moment earlier.
+    pub fn clear_ibl(&self) {
+        for e in self.ibl.iter() {
+            e.neg_tag.store(1, Ordering::Relaxed);
         }
     }
 
-    pub fn ibl_insert(&mut self, guest: u64, host: u64) {
-        let e = &mut self.ibl[(guest & 0xffff) as usize];
-        e.neg_tag = guest.wrapping_neg();
-        e.host = host;
+    /// Called by the owning thread only.
+    pub fn ibl_insert(&self, guest: u64, host: u64) {
+        let e = &self.ibl[(guest & 0xffff) as usize];
+        e.host.store(host, Ordering::Relaxed);
+        e.neg_tag.store(guest.wrapping_neg(), Ordering::Relaxed);
     }
 
     /// Initial guest xstate: whatever the host state is now, with default control words,

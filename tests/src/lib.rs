@@ -649,6 +649,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("threads", "threads", &[]),
     gc("threads-static", "threads-static", &[]),
     gc("jit", "jit", &[]),
+    gc("jitthreads", "jitthreads", &[]),
     gc("spin", "spin", &[]),
     gc("vecstate", "vecstate", &[]),
     gc("cpuview", "cpuview", &[]),

@@ -95,6 +95,20 @@ core::arch::global_asm!(
     "pop rbx",
     "ret",
     ".size rgrind_exit, . - rgrind_exit",
+    "",
+    // What an empty IBL entry points at: the same miss exit the lookup takes itself (guest
+    // target in rdx, guest rcx and rdx in S0/S1). Another thread may empty an entry between
+    // the owner's tag compare and its load of the host address; the host word therefore
+    // always holds a jumpable address.
+    ".globl rgrind_ibl_miss",
+    ".type rgrind_ibl_miss,@function",
+    "rgrind_ibl_miss:",
+    "mov gs:[{ibl_target}], rdx",
+    "mov rcx, gs:[{s0}]",
+    "mov rdx, gs:[{s1}]",
+    "mov dword ptr gs:[{exit_id}], {miss}",
+    "jmp qword ptr gs:[{exit_fn}]",
+    ".size rgrind_ibl_miss, . - rgrind_ibl_miss",
     host_rsp = const OFF_HOST_RSP,
     host_fs = const OFF_HOST_FS,
     guest_fs = const OFF_GUEST_FS,
@@ -104,12 +118,19 @@ core::arch::global_asm!(
     enter_target = const OFF_ENTER_TARGET,
     self_addr = const OFF_SELF,
     host_mxcsr = const OFF_HOST_MXCSR,
+    ibl_target = const OFF_IBL_TARGET,
+    s0 = const OFF_SCRATCH,
+    s1 = const OFF_SCRATCH + 8,
+    exit_id = const OFF_EXIT_ID,
+    miss = const EXIT_IBL_MISS,
+    exit_fn = const OFF_EXIT_FN,
 );
 
 extern "C" {
     fn rgrind_enter(ctx: *mut ThreadContext);
     fn rgrind_enter_end();
     fn rgrind_exit();
+    fn rgrind_ibl_miss();
 }
 
 /// Whether `pc` is inside `rgrind_enter` (guest state is being loaded).
@@ -119,6 +140,11 @@ pub fn in_enter(pc: u64) -> bool {
 
 pub fn exit_fn_addr() -> u64 {
     rgrind_exit as *const () as u64
+}
+
+/// Host address of an empty IBL entry (see `rgrind_ibl_miss`).
+pub fn ibl_miss_addr() -> u64 {
+    rgrind_ibl_miss as *const () as u64
 }
 
 /// Runs translated code at `host` until it exits back; the exit is described by `ctx.exit_id`.

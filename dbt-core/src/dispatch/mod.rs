@@ -7,7 +7,7 @@
 //! * On return from `enter`, `ctx` holds the complete guest state.
 mod enter;
 
-pub use enter::{exit_fn_addr, fsgsbase_available, in_enter, set_gs_base};
+pub use enter::{exit_fn_addr, fsgsbase_available, ibl_miss_addr, in_enter, set_gs_base};
 
 use crate::cache::ExitKind;
 use crate::context::*;

@@ -252,8 +252,7 @@ fn memory(nr: u64, a: [u64; 6]) -> i64 {
                 c.process.mappings.insert(start, end);
                 c.process
                     .set_writable(start, end, a[2] as i32 & libc::PROT_WRITE != 0);
-                if fixed {
-                    c.cache.invalidate(start, end);
+                if fixed && c.cache.invalidate(start, end) > 0 {
                     clear_ibl_all();
                 }
             }
