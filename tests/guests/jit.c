@@ -45,5 +45,24 @@ int main(void) {
     unsigned char *moved = mremap(w, 4096, 8192, MREMAP_MAYMOVE);
     long after = ((fn_t)moved)(10);
     printf("mremap before=%ld after=%ld\n", before, after);
+
+    /* A caller on one page calls (directly) a function on the next, which is regenerated
+     * several times: the caller's translation stays, and its call must leave the discarded
+     * callee's translation each time. */
+    unsigned char *two = mmap(0, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    unsigned char *callee = two + 4096;
+    int rel = (int)(callee - (two + 5));
+    two[0] = 0xe8; memcpy(two + 1, &rel, 4);          /* call callee */
+    two[5] = 0x48; two[6] = 0x83; two[7] = 0xc0; two[8] = 0x01; /* add rax, 1 */
+    two[9] = 0xc3;                                     /* ret */
+    mprotect(two, 4096, PROT_READ | PROT_EXEC);
+    long chained = 0;
+    for (int k = 0; k < 20; k++) {
+        mprotect(callee, 4096, PROT_READ | PROT_WRITE);
+        gen(callee, k, 3, k % 2);
+        mprotect(callee, 4096, PROT_READ | PROT_EXEC);
+        for (int rep = 0; rep < 3; rep++) chained += ((fn_t)two)(rep);
+    }
+    printf("chained=%ld\n", chained);
     return 0;
 }

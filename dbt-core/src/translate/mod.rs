@@ -276,6 +276,8 @@ struct PendingExit {
     label: DynamicLabel,
     /// Offset of the rel32 patch field, if patchable.
     patch_off: Option<usize>,
+    /// Offset of the exit's stub (set by `stubs`).
+    stub_off: usize,
 }
 
 struct Emitter {
@@ -308,6 +310,7 @@ impl Emitter {
             target,
             label,
             patch_off: None,
+            stub_off: 0,
         });
         label
     }
@@ -576,6 +579,7 @@ impl Emitter {
         for i in 0..self.exits.len() {
             let label = self.exits[i].label;
             let id = (self.first_exit_id + i as u32) as i32;
+            self.exits[i].stub_off = self.off();
             dynasm!(self.ops
                 ; .arch x64
                 ; =>label
@@ -724,15 +728,12 @@ pub fn translate(
     unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), host as *mut u8, code.len()) };
     cache.commit(host, len);
     let mut exit_ids = Vec::with_capacity(em.exits.len());
-    // Each stub is 21 bytes (two gs-prefixed instructions), laid out in order at the end.
-    let stub_len = 12 + 9;
-    let stubs_start = host + len - (em.exits.len() * stub_len) as u64;
     for (i, e) in em.exits.iter().enumerate() {
         let id = cache.add_exit(ExitRecord {
             kind: e.kind,
             target: e.target,
             patch_site: e.patch_off.map_or(0, |o| host + o as u64),
-            stub: stubs_start + (i * stub_len) as u64,
+            stub: host + e.stub_off as u64,
             from_block: guest,
         });
         debug_assert_eq!(id, em.first_exit_id + i as u32);
