@@ -244,6 +244,18 @@ impl ThreadContext {
         }
     }
 
+    /// Empties the entry for `guest`, if it holds it; called from any thread (as
+    /// `clear_ibl`).
+    pub fn ibl_forget(&self, guest: u64) {
+        let e = &self.ibl[(guest & 0xffff) as usize];
+        let _ = e.neg_tag.compare_exchange(
+            guest.wrapping_neg(),
+            1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
+    }
+
     /// Called by the owning thread only.
     pub fn ibl_insert(&self, guest: u64, host: u64) {
         let e = &self.ibl[(guest & 0xffff) as usize];

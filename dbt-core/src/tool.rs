@@ -7,6 +7,7 @@
 //!
 //! It gets a read-only [`BlockView`] of each block and an [`Instrumenter`] with a few
 //! primitives; code generation stays in the core.
+pub use crate::dispatch::request_retranslation;
 /// Block counters (`Instrumenter::count_block`) of self-loops are spread over loop shares by
 /// the translator; this folds them back. Call it before reading block counters.
 pub use crate::instrument::arena::fold_loop_shares as fold_block_counters;
@@ -47,8 +48,9 @@ pub trait Tool: Send {
     fn instruments(&self) -> bool {
         true
     }
-    /// Adds instrumentation to one block. Must be deterministic: the same block may be
-    /// translated more than once and must get the same code.
+    /// Adds instrumentation to one block. The same block may be translated more than once
+    /// (`request_retranslation`, discarded code) and must count the same each time (only
+    /// fast paths may differ).
     fn instrument(&mut self, block: &BlockView, ins: &mut Instrumenter) {
         let _ = (block, ins);
     }

@@ -80,6 +80,10 @@ pub struct CodeCache {
     by_start: BTreeMap<u64, u64>,
     /// Translations ordered by host start (host start -> guest start), for mapping a host pc.
     by_host: BTreeMap<u64, u64>,
+    /// Discarded translations by host start: a thread may still be running one (the block
+    /// that asked for its own retranslation, or one reached through a stale table entry),
+    /// and a fault or signal there must still map to its guest instruction.
+    retired: BTreeMap<u64, Block>,
     pub exits: Vec<ExitRecord>,
     /// Longest guest block seen, bounding range queries.
     max_guest_len: u64,
@@ -152,11 +156,15 @@ impl CodeCache {
     /// The guest instruction whose translation contains host address `pc`: its guest address,
     /// and whether `pc` is exactly its first host byte (host state == guest state there).
     pub fn guest_insn_at(&self, pc: u64) -> Option<(u64, bool)> {
-        let (_, &g) = self.by_host.range(..=pc).next_back()?;
-        let b = self.blocks.get(&g)?;
-        if pc >= b.host + b.host_len {
-            return None;
-        }
+        let live = self
+            .by_host
+            .range(..=pc)
+            .next_back()
+            .and_then(|(_, g)| self.blocks.get(g));
+        let retired = || self.retired.range(..=pc).next_back().map(|(_, b)| b);
+        let b = live
+            .filter(|b| pc < b.host + b.host_len)
+            .or_else(|| retired().filter(|b| pc < b.host + b.host_len))?;
         let off = (pc - b.host) as u32;
         let i = b.insn_starts.partition_point(|&(o, _)| o <= off);
         if i == 0 {
@@ -168,7 +176,10 @@ impl CodeCache {
 
     /// The guest start of the block whose translation begins exactly at `pc`.
     pub fn block_start_at(&self, pc: u64) -> Option<u64> {
-        self.by_host.get(&pc).copied()
+        self.by_host
+            .get(&pc)
+            .copied()
+            .or_else(|| self.retired.get(&pc).map(|b| b.guest_start))
     }
 
     pub fn add_exit(&mut self, rec: ExitRecord) -> u32 {
@@ -212,24 +223,33 @@ impl CodeCache {
             .map(|(&g, _)| g)
             .filter(|g| self.blocks.get(g).is_some_and(|b| b.guest_end > start))
             .collect();
-        for g in &victims {
-            self.by_start.remove(g);
-            if let Some(b) = self.blocks.remove(g) {
-                self.by_host.remove(&b.host);
-                for id in b.incoming {
-                    self.unchain(id);
-                }
-                // Outgoing chains of the dead block are dead code now; drop them from the
-                // targets' incoming lists so a later unchain does not touch freed logic.
-                for id in b.exits {
-                    let t = self.exits[id as usize].target;
-                    if let Some(tb) = self.blocks.get_mut(&t) {
-                        tb.incoming.retain(|&i| i != id);
-                    }
-                }
-            }
+        for &g in &victims {
+            self.discard(g);
         }
         victims.len()
+    }
+
+    /// Forgets the translation of the block starting at `guest` (if any) so that the next
+    /// execution translates it again; chained predecessors are unlinked.
+    pub fn discard(&mut self, guest: u64) -> bool {
+        self.by_start.remove(&guest);
+        let Some(mut b) = self.blocks.remove(&guest) else {
+            return false;
+        };
+        self.by_host.remove(&b.host);
+        for id in std::mem::take(&mut b.incoming) {
+            self.unchain(id);
+        }
+        // Outgoing chains of the dead block are dead code now; drop them from the targets'
+        // incoming lists so a later unchain does not touch freed logic.
+        for id in std::mem::take(&mut b.exits) {
+            let t = self.exits[id as usize].target;
+            if let Some(tb) = self.blocks.get_mut(&t) {
+                tb.incoming.retain(|&i| i != id);
+            }
+        }
+        self.retired.insert(b.host, b);
+        true
     }
 }
 

@@ -13,6 +13,7 @@ use crate::cache::ExitKind;
 use crate::context::*;
 use crate::core_state::{core, Core};
 use crate::syscall;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// Looks up the translation of `guest`, translating it on a miss. A translation failure is
 /// fatal to the guest: it is reported and the process exits like Valgrind does.
@@ -32,6 +33,50 @@ pub fn lookup_or_translate(core: &mut Core, guest: u64) -> u64 {
         Ok(host) => host,
         Err(e) => crate::core_state::fatal(&format!("{e}")),
     }
+}
+
+/// Blocks a tool asked to have translated again ([`request_retranslation`]); the dispatcher
+/// takes them at its next exit. A fixed array because the asking helper may not allocate or
+/// lock. Only the thread holding the run lock asks or takes (tools that ask instrument, so
+/// one guest thread runs at a time).
+const RETRANSLATE_SLOTS: usize = 256;
+static RETRANSLATE: [AtomicU64; RETRANSLATE_SLOTS] =
+    [const { AtomicU64::new(0) }; RETRANSLATE_SLOTS];
+static RETRANSLATE_N: AtomicUsize = AtomicUsize::new(0);
+
+/// Asks for the block starting at `guest` to be translated again (the tool's instrumentation
+/// of it changed) once the running block is done; returns false when the request could not
+/// be queued (ask again later). Callable from a helper. The calling thread's indirect-branch
+/// table forgets the block at once, so that the next indirect branch there comes back to
+/// the dispatcher.
+pub fn request_retranslation(guest: u64) -> bool {
+    let n = RETRANSLATE_N.load(Ordering::Acquire);
+    if n >= RETRANSLATE_SLOTS {
+        return false;
+    }
+    RETRANSLATE[n].store(guest, Ordering::Relaxed);
+    RETRANSLATE_N.store(n + 1, Ordering::Release);
+    let gs: u64;
+    // SAFETY: reading GS base has no side effects.
+    unsafe { core::arch::asm!("rdgsbase {}", out(reg) gs) };
+    if gs != 0 {
+        // SAFETY: GS of a guest thread points at its live ThreadContext.
+        unsafe { &*(gs as *const ThreadContext) }.ibl_forget(guest);
+    }
+    true
+}
+
+/// Discards the translations tools asked to redo (`request_retranslation`).
+fn retranslate_requested() {
+    let mut c = core();
+    let n = RETRANSLATE_N.load(Ordering::Acquire).min(RETRANSLATE_SLOTS);
+    for slot in &RETRANSLATE[..n] {
+        let guest = slot.load(Ordering::Relaxed);
+        if c.cache.discard(guest) {
+            crate::thread::for_each_context(|t| t.ibl_forget(guest));
+        }
+    }
+    RETRANSLATE_N.store(0, Ordering::Release);
 }
 
 /// Dispatcher event counts, for `--stats=yes`.
@@ -67,6 +112,9 @@ pub fn run_thread(ctx: &mut ThreadContext) {
         // SAFETY: GS points at ctx (set above, and by the thread's creator); `host` is a live
         // translation returned under the lock; ctx holds the guest state.
         unsafe { enter::enter(ctx, host) };
+        if RETRANSLATE_N.load(Ordering::Relaxed) != 0 {
+            retranslate_requested();
+        }
         // The trap flag is rgrind's (single-stepping towards a block start), not the guest's.
         ctx.rflags &= !0x100;
         let id = ctx.exit_id as u32;

@@ -308,6 +308,9 @@ pub struct InlineJump {
     /// The block may take the call case (with `entry`, it must); without `entry`, after the
     /// jump and return cases.
     pub call_case: bool,
+    /// Without `entry`: the block has the return case (out of line; without it a failed
+    /// jump case goes on to the call case or the routine's call).
+    pub ret_case: bool,
     /// A skipped function's block: its inline path is the stub case (`CallPlan::stub`).
     pub stub: bool,
     /// Words of the tool's running cost in use (with `eager`, the return case adds that

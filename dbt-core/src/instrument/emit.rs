@@ -948,6 +948,14 @@ fn inline_ret(
     fail: DynamicLabel,
     flags_dead: bool,
 ) {
+    if !j.ret_case {
+        // No return case here: straight on to the call case (or the call), flags back.
+        if !flags_dead {
+            restore_flags(a);
+        }
+        dynasm!(a ; .arch x64 ; jmp =>fail);
+        return;
+    }
     let rec = j.rec as *const super::calltrack::InlineRec as i64;
     let JumpOffsets {
         expect,

@@ -48,8 +48,9 @@ use dbt_core::tool::{
 };
 use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
 use runtime::{BlockInfo, Exit, FnFlags, InsnStat, JumpExit, Runtime, ThreadState, Trigger};
+use runtime::{CASE_CALL, CASE_RET};
 use runtime::{N_STATIC, RUN, R_BC, R_BI, R_DR, R_DW, R_IR, R_MISS};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub use options::accepts;
@@ -285,6 +286,10 @@ pub struct Callgrind {
     quiet: bool,
     instrumenting: bool,
     blocks: HashMap<(u64, u64), *const BlockInfo>,
+    /// Targets of the direct calls and return addresses of the calls translated so far:
+    /// the blocks that get the out-of-line call and return cases (see `instrument`).
+    call_sites: HashSet<u64>,
+    ret_sites: HashSet<u64>,
     fns: Vec<FnNode>,
     fn_map: HashMap<(u32, String, String), u32>,
     objs: HashMap<String, u32>,
@@ -364,6 +369,8 @@ impl Callgrind {
             quiet,
             instrumenting,
             blocks: HashMap::new(),
+            call_sites: HashSet::new(),
+            ret_sites: HashSet::new(),
             fns: Vec::new(),
             fn_map: HashMap::new(),
             objs: HashMap::new(),
@@ -546,6 +553,8 @@ impl Callgrind {
             insn_rep: b.insns.iter().map(|v| v.rep).collect(),
             stat,
             jrec: dbt_core::tool::InlineRec::new(),
+            cases_missing: std::cell::Cell::new(0),
+            cases_wanted: std::cell::Cell::new(0),
         });
         let p = Box::into_raw(info) as *const BlockInfo;
         self.blocks.insert((b.start, b.end), p);
@@ -975,6 +984,14 @@ impl Tool for Callgrind {
         }
         TOOL.store(self, Ordering::Relaxed);
         let info = self.block_info(b, ins);
+        if let Some(last) = b.insns.last() {
+            if matches!(last.flow, FlowKind::Call | FlowKind::IndirectCall) {
+                self.ret_sites.insert(b.end);
+                if last.flow == FlowKind::Call {
+                    self.call_sites.insert(last.insn.near_branch_target());
+                }
+            }
+        }
         // The block-start routine first: it points the simulator helpers at this block's
         // cost centre.
         let fast = Helper {
@@ -1008,7 +1025,24 @@ impl Tool for Callgrind {
         if inline && (!bb.is_entry || call_case || stub) {
             // Outside entry blocks the call case is for functions without symbols (a call
             // into a named function starts at its entry); elsewhere it would only be code.
-            let call_case = call_case && (bb.is_entry || !bb.named);
+            // There, and the return case, only in blocks calls or returns were seen to land
+            // in: the target of a direct call or the return address of a call translated
+            // before, or one the Rust path saw (`BlockInfo::entered_from`).
+            let call_out = call_case && !bb.is_entry && !bb.named;
+            let wanted = bb.cases_wanted.get();
+            let call_here =
+                call_out && (self.call_sites.contains(&b.start) || wanted & CASE_CALL != 0);
+            let call_case = call_case && (bb.is_entry || call_here);
+            let ret_case =
+                !bb.is_entry && (self.ret_sites.contains(&b.start) || wanted & CASE_RET != 0);
+            let mut missing = 0;
+            if call_out && !call_here {
+                missing |= CASE_CALL;
+            }
+            if !bb.is_entry && !ret_case {
+                missing |= CASE_RET;
+            }
+            bb.cases_missing.set(missing);
             // A plain jump into this block (or a call into it) is handled inline (see
             // `runtime::JUMP`).
             let jump = InlineJump {
@@ -1022,6 +1056,7 @@ impl Tool for Callgrind {
                 ends_call: bb.exit == Exit::Call && bb.rep.is_empty(),
                 entry: bb.is_entry,
                 call_case,
+                ret_case,
                 stub,
                 cost_words: self.runtime().map_or(1, |rt| rt.n_cost as u32),
                 frame: runtime::frame_layout(),

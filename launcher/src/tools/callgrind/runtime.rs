@@ -256,7 +256,16 @@ pub struct BlockInfo {
     /// The inline jump path's view of the `fast_*` entry ([`inline_key`] of `fast_key`,
     /// with this block's object and section; never for a function entry).
     pub jrec: InlineRec,
+    /// Out-of-line inline cases ([`CASE_CALL`], [`CASE_RET`]) the block's translation lacks
+    /// but could have, and those it was retranslated for (see [`BlockInfo::entered_from`]).
+    pub cases_missing: Cell<u8>,
+    pub cases_wanted: Cell<u8>,
 }
+
+/// The out-of-line call case (`InlineJump::call_case` outside a function's entry block).
+pub const CASE_CALL: u8 = 1;
+/// The return case (`InlineJump::ret_case`).
+pub const CASE_RET: u8 = 2;
 
 impl BlockInfo {
     /// Ends in a `ret` and has no `rep` instruction: the return fast paths may take the
@@ -264,6 +273,29 @@ impl BlockInfo {
     #[inline(always)]
     pub fn plain_ret(&self) -> bool {
         self.exit == Exit::Return && self.rep.is_empty()
+    }
+
+    /// The block is being entered from `from` through Rust: a call or return into it that
+    /// an inline case its translation lacks would have taken asks for it to be translated
+    /// again with that case (blocks get those cases only where calls and returns were seen
+    /// to land, to keep the code small). Integer-only.
+    #[inline(always)]
+    pub fn entered_from(&self, from: &BlockInfo) {
+        let missing = self.cases_missing.get();
+        if missing == 0 {
+            return;
+        }
+        let landed = if from.exit == Exit::Call {
+            CASE_CALL
+        } else if from.plain_ret() {
+            CASE_RET
+        } else {
+            0
+        };
+        if missing & landed != 0 && dbt_core::tool::request_retranslation(self.addr) {
+            self.cases_missing.set(missing & !landed);
+            self.cases_wanted.set(self.cases_wanted.get() | landed);
+        }
     }
 }
 
@@ -1119,6 +1151,7 @@ impl Runtime {
         }
         // SAFETY: `last_bb` is a leaked BlockInfo (never freed), set by `refresh_fast`.
         let lbb = unsafe { &*f.last_bb };
+        bb.entered_from(lbb);
         if lbb.exit == Exit::Call {
             if bb.flags.skip {
                 return self.setup_fast_call_skipped(t, lbb, bb, sp);
@@ -2877,6 +2910,8 @@ mod tests {
             insn_rep: vec![RepKind::None; n as usize],
             stat: [n, 0, 0, 0, 0],
             jrec: InlineRec::new(),
+            cases_missing: Cell::new(0),
+            cases_wanted: Cell::new(0),
         }
     }
 
