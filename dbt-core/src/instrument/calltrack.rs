@@ -158,12 +158,19 @@ impl Default for JumpState {
 /// Per block: the key under which it may be entered inline (stored negated, as the IBL
 /// stores tags; `u64::MAX - 1` negated when never), its cost centre's counter (followed by
 /// the block's instruction count, see `JumpState::last_count`), miss array and `CallPlan`.
+/// The jump case also tries a second entry, laid out like the first at
+/// [`InlineRec::ALT`]: the tool's older cached cost centre of the block (a block entered in
+/// two contexts in turn, e.g. by jumps from two functions).
 #[repr(C)]
 pub struct InlineRec {
     pub neg_key: AtomicU64,
     pub count: AtomicU64,
     pub miss: AtomicU64,
     pub plan: AtomicU64,
+    pub alt_neg_key: AtomicU64,
+    pub alt_count: AtomicU64,
+    pub alt_miss: AtomicU64,
+    pub alt_plan: AtomicU64,
 }
 
 /// The call case of the inline path, per calling cost centre: the last call the tool made
@@ -261,16 +268,32 @@ impl core::fmt::Debug for CallPlan {
 }
 
 impl InlineRec {
+    /// Byte offset of the second entry.
+    pub const ALT: i32 = core::mem::offset_of!(InlineRec, alt_neg_key) as i32;
+
     /// A record no key matches.
     pub const fn new() -> InlineRec {
+        let none = (u64::MAX - 1).wrapping_neg();
         InlineRec {
-            neg_key: AtomicU64::new((u64::MAX - 1).wrapping_neg()),
+            neg_key: AtomicU64::new(none),
             count: AtomicU64::new(0),
             miss: AtomicU64::new(0),
             plan: AtomicU64::new(0),
+            alt_neg_key: AtomicU64::new(none),
+            alt_count: AtomicU64::new(0),
+            alt_miss: AtomicU64::new(0),
+            alt_plan: AtomicU64::new(0),
         }
     }
 }
+
+const _: () = {
+    use core::mem::offset_of;
+    let alt = InlineRec::ALT as usize;
+    assert!(offset_of!(InlineRec, alt_count) - alt == offset_of!(InlineRec, count));
+    assert!(offset_of!(InlineRec, alt_miss) - alt == offset_of!(InlineRec, miss));
+    assert!(offset_of!(InlineRec, alt_plan) - alt == offset_of!(InlineRec, plan));
+};
 
 impl Default for InlineRec {
     fn default() -> Self {

@@ -102,6 +102,10 @@ enum SlowKind {
         /// Whether the check saved guest rax / rcx in `gs:[IS0]` / `gs:[IS1]`.
         saved: [bool; 2],
     },
+    /// The inline jump case's second entry (`inline_jump_alt`), reached when the first
+    /// entry's key did not match: back to `back` (the rest of the jump case) when this one
+    /// does, else to `fail` (the return case).
+    InlineAlt { fail: DynamicLabel },
     /// Callgrind's inline return case (`inline_ret`), reached when the inline jump case's
     /// key did not match (rax, rcx, rdx saved, rdx = the state): back to `back` when taken,
     /// else to `fail`.
@@ -304,7 +308,13 @@ impl Plan {
                     } else if jump.entry {
                         inline_call(a, &jump, (done, fail), flags_dead, true);
                     } else {
-                        inline_jump(a, &jump, (done, try_ret, fail), flags_dead);
+                        let (try_alt, alt_back) = (a.new_dynamic_label(), a.new_dynamic_label());
+                        inline_jump(a, &jump, (done, (try_alt, alt_back), fail), flags_dead);
+                        self.slow.push(Slow {
+                            entry: try_alt,
+                            back: alt_back,
+                            kind: SlowKind::InlineAlt { fail: try_ret },
+                        });
                         // The return and call cases are rarer: out of line, after the block.
                         let ret_fail = if jump.call_case {
                             let try_call = a.new_dynamic_label();
@@ -880,7 +890,7 @@ const JUMP_OFF: JumpOffsets = {
 fn inline_jump(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
-    (done, try_ret, fail): (DynamicLabel, DynamicLabel, DynamicLabel),
+    (done, (try_alt, alt_back), fail): (DynamicLabel, (DynamicLabel, DynamicLabel), DynamicLabel),
     flags_dead: bool,
 ) {
     let st = j.state as *const super::calltrack::JumpState as i64;
@@ -915,7 +925,8 @@ fn inline_jump(
         ; mov rcx, QWORD [rdx + expect]
         ; mov rax, QWORD rec
         ; add rcx, QWORD [rax + negk]
-        ; jnz =>try_ret
+        ; jnz =>try_alt
+        ; =>alt_back
         ; cmp rsp, QWORD [rdx + top]
         ; ja =>fail_here
     );
@@ -934,6 +945,22 @@ fn inline_jump(
         ; gs mov rdx, QWORD [IS2]
         ; gs mov rcx, QWORD [IS1]
         ; gs mov rax, QWORD [IS0]
+    );
+}
+
+/// The jump case with the record's second entry (out of line; rax = the record, rdx = the
+/// state, the flags saved or dead): when its key is the expected one, rax points at it (it
+/// is laid out like the first) and the jump case goes on at `back`; else to `fail`.
+fn inline_jump_alt(a: &mut Asm, back: DynamicLabel, fail: DynamicLabel) {
+    let JumpOffsets { expect, negk, .. } = JUMP_OFF;
+    let alt = super::calltrack::InlineRec::ALT;
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rdx + expect]
+        ; add rcx, QWORD [rax + alt + negk]
+        ; jnz =>fail
+        ; lea rax, [rax + alt]
+        ; jmp =>back
     );
 }
 
@@ -1572,6 +1599,7 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             (size, saved),
             back,
         ),
+        SlowKind::InlineAlt { fail } => inline_jump_alt(a, back, fail),
         SlowKind::InlineRet {
             jump,
             fail,

@@ -885,10 +885,16 @@ impl Runtime {
             .filter(|_| !bb.is_entry)
             .unwrap_or(u64::MAX - 1);
         let r = Ordering::Relaxed;
-        bb.jrec.count.store(count as u64, r);
-        bb.jrec.miss.store(miss, r);
-        bb.jrec.plan.store(&c.plan as *const CallPlan as u64, r);
-        bb.jrec.neg_key.store(ik.wrapping_neg(), r);
+        let j = &bb.jrec;
+        // The entry replaced becomes the second one, as `alt_key`/`alt_bbcc` here.
+        j.alt_count.store(j.count.load(r), r);
+        j.alt_miss.store(j.miss.load(r), r);
+        j.alt_plan.store(j.plan.load(r), r);
+        j.alt_neg_key.store(j.neg_key.load(r), r);
+        j.count.store(count as u64, r);
+        j.miss.store(miss, r);
+        j.plan.store(&c.plan as *const CallPlan as u64, r);
+        j.neg_key.store(ik.wrapping_neg(), r);
     }
 
     fn get_bbcc_slow(&mut self, bb: &BlockInfo, cxt: u32, rec: u32, th: u32) -> u32 {
