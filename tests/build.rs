@@ -58,6 +58,7 @@ const GUESTS: &[Guest] = &[
     g("threads-static", "threads.c", &["-static"]),
     g("jit", "jit.c", &[]),
     g("jitthreads", "jitthreads.c", &["-pthread"]),
+    g("jitdiscard", "jitdiscard.c", &["-pthread"]),
     g("spin", "spin.c", &[]),
     g("vecstate", "vecstate.c", &[]),
     g("cpuview", "cpuview.c", &[]),

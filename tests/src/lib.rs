@@ -650,6 +650,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("threads-static", "threads-static", &[]),
     gc("jit", "jit", &[]),
     gc("jitthreads", "jitthreads", &[]),
+    gc("jitdiscard", "jitdiscard", &[]),
     gc("spin", "spin", &[]),
     gc("vecstate", "vecstate", &[]),
     gc("cpuview", "cpuview", &[]),
