@@ -119,6 +119,16 @@ pub fn release() {
     };
 }
 
+/// In the child of a fork made while holding the lock: the waiters' threads did not come
+/// along, so the child holds the lock with nobody queued behind it.
+pub fn after_fork_child() {
+    if !enabled() {
+        return;
+    }
+    NEXT.store(SERVING_FULL.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
+    HOLDER.store(gettid(), Ordering::SeqCst);
+}
+
 /// Whether another thread waits for the lock.
 pub fn contended() -> bool {
     enabled() && NEXT.load(Ordering::SeqCst) > SERVING_FULL.load(Ordering::SeqCst) + 1

@@ -341,6 +341,11 @@ fn internal_crash(sig: usize, pc: u64, guest_rip: Option<u64>) -> ! {
     unsafe { libc::_exit(134) }
 }
 
+/// Holds the guest's signal dispositions still across a fork.
+pub fn actions_guard() -> std::sync::MutexGuard<'static, [KSigaction; NSIG]> {
+    ACTIONS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Guest rt_sigaction.
 pub fn sigaction(sig: u64, act: u64, oldact: u64, sigsetsize: u64) -> i64 {
     let sig = sig as usize;

@@ -34,6 +34,18 @@ pub fn register(ctx: &ThreadContext) {
         .push(ctx as *const _ as usize);
 }
 
+/// Holds the thread list still (no thread starts or ends) across a fork.
+pub fn list_guard() -> std::sync::MutexGuard<'static, Vec<usize>> {
+    CONTEXTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// In a forked child (with `list_guard`'s guard): the calling thread is the only one.
+pub fn after_fork_child(list: &mut Vec<usize>, ctx: &ThreadContext) {
+    list.clear();
+    list.push(ctx as *const _ as usize);
+    LIVE.store(1, Ordering::SeqCst);
+}
+
 pub fn live_threads() -> usize {
     LIVE.load(Ordering::SeqCst)
 }

@@ -651,6 +651,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("jit", "jit", &[]),
     gc("jitthreads", "jitthreads", &[]),
     gc("jitdiscard", "jitdiscard", &[]),
+    gc("forkthreads", "forkthreads", &[]),
     gc("spin", "spin", &[]),
     gc("vecstate", "vecstate", &[]),
     gc("cpuview", "cpuview", &[]),

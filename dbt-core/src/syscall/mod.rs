@@ -342,6 +342,14 @@ fn arch_prctl(ctx: &mut ThreadContext, a: [u64; 6]) -> i64 {
     }
 }
 
+fn write_guest_u32(addr: u64, v: u32) -> i64 {
+    if crate::translate::write_guest(addr, &v.to_ne_bytes()) {
+        0
+    } else {
+        -EFAULT
+    }
+}
+
 pub(crate) fn write_guest_u64(addr: u64, v: u64) -> i64 {
     if crate::translate::write_guest(addr, &v.to_ne_bytes()) {
         0
@@ -493,9 +501,7 @@ fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     let vfork = flags & CLONE_VFORK != 0;
     let wait_pipe = if vfork { vfork_pipe() } else { None };
     let host_flags = flags & !(CLONE_VM | CLONE_VFORK | CLONE_SETTLS);
-    // SAFETY: without CLONE_VM the child is a copy of this process; with newsp 0 it continues
-    // on its copy of this very stack, so returning through Rust frames is sound in both.
-    let r = unsafe { raw::syscall6(libc::SYS_clone as u64, [host_flags, 0, ptid, ctid, 0, 0]) };
+    let r = fork_process(ctx, host_flags, ptid, ctid);
     if let Some((rd, wr)) = wait_pipe {
         // SAFETY: closing and reading descriptors this process created above.
         unsafe {
@@ -524,6 +530,60 @@ fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
             ctx.guest_fs = tls;
         }
     }
+    r
+}
+
+/// Forks the process for a guest `clone` without CLONE_VM (`flags`: what remains for the
+/// host). Other guest threads may hold rgrind's locks or be inside its allocator: the child
+/// would inherit them held by threads it does not have. So the fork happens with the core,
+/// the thread list and the dispositions held (by this thread: released in both processes),
+/// through libc's `fork` (which makes its own allocator consistent in the child) when the
+/// guest asked for nothing else than the thread-id words, which are then written as the
+/// kernel would; and the child is made the only thread, holding the run lock.
+fn fork_process(ctx: &ThreadContext, flags: u64, ptid: u64, ctid: u64) -> i64 {
+    const TID_FLAGS: u64 = CLONE_PARENT_SETTID | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID;
+    let core_guard = core();
+    let mut list = crate::thread::list_guard();
+    let actions = crate::signal::actions_guard();
+    let r = if flags & !TID_FLAGS == libc::SIGCHLD as u64 {
+        // SAFETY: fork in a process whose other threads are all parked outside the locks
+        // taken above; the child continues on its copy of this stack.
+        let r = unsafe { libc::fork() } as i64;
+        if r < 0 {
+            -(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EAGAIN) as i64)
+        } else {
+            if r == 0 {
+                // SAFETY: gettid cannot fail.
+                let tid = unsafe { libc::gettid() } as u64;
+                if flags & CLONE_CHILD_SETTID != 0 {
+                    let _ = write_guest_u32(ctid, tid as u32);
+                }
+                if flags & CLONE_CHILD_CLEARTID != 0 {
+                    // SAFETY: records a guest address the kernel clears at this thread's exit.
+                    unsafe {
+                        raw::syscall6(libc::SYS_set_tid_address as u64, [ctid, 0, 0, 0, 0, 0])
+                    };
+                }
+            } else if flags & CLONE_PARENT_SETTID != 0 {
+                let _ = write_guest_u32(ptid, r as u32);
+            }
+            r
+        }
+    } else {
+        // SAFETY: without CLONE_VM the child is a copy of this process; with newsp 0 it
+        // continues on its copy of this very stack, so returning through Rust frames is
+        // sound in both.
+        unsafe { raw::syscall6(libc::SYS_clone as u64, [flags, 0, ptid, ctid, 0, 0]) }
+    };
+    if r == 0 {
+        crate::thread::after_fork_child(&mut list, ctx);
+        crate::runlock::after_fork_child();
+    }
+    drop(actions);
+    drop(list);
+    drop(core_guard);
     r
 }
 

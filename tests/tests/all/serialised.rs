@@ -15,6 +15,7 @@ fn thread_and_signal_guests_run_the_same_one_thread_at_a_time() {
         "sigs-kill",
         "jit",
         "fork",
+        "forkthreads",
     ];
     check_all(
         &labels,
