@@ -46,8 +46,14 @@ pub fn after_fork_child(list: &mut Vec<usize>, ctx: &ThreadContext) {
     LIVE.store(1, Ordering::SeqCst);
 }
 
-pub fn live_threads() -> usize {
-    LIVE.load(Ordering::SeqCst)
+/// Counts the calling thread out unless it is the last one; false when it is (its `exit`
+/// ends the process). One atomic step, so two threads exiting at once cannot both see the
+/// other still there.
+pub fn leave_unless_last() -> bool {
+    LIVE.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+        (n > 1).then(|| n - 1)
+    })
+    .is_ok()
 }
 
 /// Runs `f` on every live thread's context.
@@ -146,17 +152,17 @@ fn write_guest_u64_u32(addr: u64, v: u64) {
     }
 }
 
-/// Ends the calling guest thread (not the last one): honours CLONE_CHILD_CLEARTID and unlists
-/// the context. The dispatcher then returns; the host thread ends (and frees the context),
-/// except the main thread, which ends with a raw `exit` because returning from `main` would end
-/// the whole process.
+/// Ends the calling guest thread (not the last one, already counted out by
+/// `leave_unless_last`): honours CLONE_CHILD_CLEARTID and unlists the context. The
+/// dispatcher then returns; the host thread ends (and frees the context), except the main
+/// thread, which ends with a raw `exit` because returning from `main` would end the whole
+/// process.
 pub fn exit_current(ctx: &mut ThreadContext, status: i32) {
     let addr = ctx as *mut ThreadContext as usize;
     CONTEXTS
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .retain(|&a| a != addr);
-    LIVE.fetch_sub(1, Ordering::SeqCst);
     let ctid = ctx.clear_child_tid;
     if ctid != 0 {
         write_guest_u64_u32(ctid, 0);

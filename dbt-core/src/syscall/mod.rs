@@ -361,7 +361,7 @@ pub(crate) fn write_guest_u64(addr: u64, v: u64) -> i64 {
 /// exit/exit_group; returns only when just this thread ended.
 fn exit(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) {
     let status = a[0] as i32;
-    if nr as i64 == libc::SYS_exit && crate::thread::live_threads() > 1 {
+    if nr as i64 == libc::SYS_exit && crate::thread::leave_unless_last() {
         core().tool.thread_exit(ctx as *const ThreadContext as u64);
         crate::thread::exit_current(ctx, status);
         return;
