@@ -25,6 +25,16 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 static SERVING: AtomicU32 = AtomicU32::new(0);
 static SERVING_FULL: AtomicU64 = AtomicU64::new(0);
 static HOLDER: AtomicU64 = AtomicU64::new(0);
+/// The thread that held the lock last, and what runs when another one takes it.
+static LAST_HOLDER: AtomicU64 = AtomicU64::new(0);
+static SWITCH_HOOK: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// Sets a routine to run (in rgrind's Rust context, holding the lock) whenever the lock
+/// passes to another thread than the one that held it last: tools keep per-thread state
+/// for translated code in one place, which then belongs to another thread.
+pub fn set_switch_hook(hook: fn()) {
+    SWITCH_HOOK.store(hook as usize, Ordering::SeqCst);
+}
 
 pub fn enable() {
     ENABLED.store(true, Ordering::SeqCst);
@@ -92,7 +102,16 @@ pub fn acquire() {
             }
         }
     }
-    HOLDER.store(gettid(), Ordering::SeqCst);
+    let me = gettid();
+    HOLDER.store(me, Ordering::SeqCst);
+    if LAST_HOLDER.swap(me, Ordering::SeqCst) != me {
+        let hook = SWITCH_HOOK.load(Ordering::SeqCst);
+        if hook != 0 {
+            // SAFETY: only `set_switch_hook` stores here, a `fn()`.
+            let hook: fn() = unsafe { core::mem::transmute::<usize, fn()>(hook) };
+            hook();
+        }
+    }
 }
 
 /// Gives the lock to the next waiter (no-op when disabled).
@@ -126,7 +145,16 @@ pub fn after_fork_child() {
         return;
     }
     NEXT.store(SERVING_FULL.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
-    HOLDER.store(gettid(), Ordering::SeqCst);
+    let me = gettid();
+    HOLDER.store(me, Ordering::SeqCst);
+    if LAST_HOLDER.swap(me, Ordering::SeqCst) != me {
+        let hook = SWITCH_HOOK.load(Ordering::SeqCst);
+        if hook != 0 {
+            // SAFETY: only `set_switch_hook` stores here, a `fn()`.
+            let hook: fn() = unsafe { core::mem::transmute::<usize, fn()>(hook) };
+            hook();
+        }
+    }
 }
 
 /// Whether another thread waits for the lock.

@@ -60,8 +60,10 @@ pub fn with_host_fs<R>(f: impl FnOnce() -> R) -> R {
 use core::sync::atomic::AtomicU64;
 
 /// The running thread's summary for the inline jump path (Callgrind's `setup_bbcc` for a
-/// plain jump). The inline code takes its path only when the running thread is `owner`,
-/// `expect` equals the block's key and the guest `rsp <= top_sp`; it then adds one to
+/// plain jump). It belongs to the last thread that ran a block-start routine: the tool
+/// disarms it when another thread takes the run lock (`set_switch_hook`). The inline code
+/// takes its path only when `expect` equals the block's key and the guest
+/// `rsp <= top_sp`; it then adds one to
 /// `*last_count`, the previous block's instruction count (the word after its counter) to
 /// `ir`, one to `bbs`, and makes the block the last one (`last_count` from its
 /// `InlineRec`; `expect` becomes `u64::MAX` unless the block ends plainly). `ir`/`bbs` are
@@ -71,8 +73,6 @@ use core::sync::atomic::AtomicU64;
 pub struct JumpState {
     /// Key a plainly-reached block must have (`u64::MAX`: none).
     pub expect: AtomicU64,
-    /// `thread_key().wrapping_neg()` of the thread the state belongs to.
-    pub owner_neg: AtomicU64,
     /// Top frame's `sp`; must be below 2^63 (the tool stores `i64::MAX` for none).
     pub top_sp: AtomicU64,
     /// Execution counter of the previous block's cost centre (`*mut u64`), followed in
@@ -126,7 +126,6 @@ impl JumpState {
     pub const fn new() -> JumpState {
         JumpState {
             expect: AtomicU64::new(u64::MAX),
-            owner_neg: AtomicU64::new(0),
             top_sp: AtomicU64::new(0),
             last_count: AtomicU64::new(0),
             ir: AtomicU64::new(0),

@@ -774,7 +774,6 @@ impl Plan {
 #[derive(Clone, Copy)]
 struct JumpOffsets {
     expect: i32,
-    owner: i32,
     top: i32,
     lcount: i32,
     ir: i32,
@@ -858,7 +857,6 @@ const JUMP_OFF: JumpOffsets = {
     use core::mem::offset_of;
     JumpOffsets {
         expect: offset_of!(S, expect) as i32,
-        owner: offset_of!(S, owner_neg) as i32,
         top: offset_of!(S, top_sp) as i32,
         lcount: offset_of!(S, last_count) as i32,
         ir: offset_of!(S, ir) as i32,
@@ -896,11 +894,7 @@ fn inline_jump(
     let st = j.state as *const super::calltrack::JumpState as i64;
     let rec = j.rec as *const super::calltrack::InlineRec as i64;
     let JumpOffsets {
-        expect,
-        owner,
-        top,
-        negk,
-        ..
+        expect, top, negk, ..
     } = JUMP_OFF;
     dynasm!(a
         ; .arch x64
@@ -919,9 +913,6 @@ fn inline_jump(
     dynasm!(a
         ; .arch x64
         ; mov rdx, QWORD st
-        ; gs mov rcx, QWORD [OFF_SELF as i32]
-        ; add rcx, QWORD [rdx + owner]
-        ; jnz =>fail_here
         ; mov rcx, QWORD [rdx + expect]
         ; mov rax, QWORD rec
         ; add rcx, QWORD [rax + negk]
@@ -1328,7 +1319,6 @@ fn plan_checks(
     }
     let st = j.state as *const super::calltrack::JumpState as i64;
     let JumpOffsets {
-        owner,
         call_plan,
         base_neg,
         ..
@@ -1338,9 +1328,6 @@ fn plan_checks(
     dynasm!(a
         ; .arch x64
         ; mov rdx, QWORD st
-        ; gs mov rcx, QWORD [OFF_SELF as i32]
-        ; add rcx, QWORD [rdx + owner]
-        ; jnz =>fail
         ; mov rax, QWORD [rdx + call_plan]
         ; test rax, rax
         ; jz =>fail

@@ -198,7 +198,7 @@ extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
             // SAFETY: `info` is a BlockInfo leaked by `instrument`, never freed.
             let bb = unsafe { &*(info as *const BlockInfo) };
             rt.setup(t, bb, sp);
-            rt.inline_push(t, key);
+            rt.inline_push(t);
             !rt.triggers.is_empty()
         } else {
             false
@@ -259,7 +259,7 @@ extern "C" fn clg_setup_fast(info: u64, sp: u64, jumps: u64) -> u64 {
             rt.setup_fast::<false>(t, bb, sp)
         };
         if done {
-            rt.inline_push(t, key);
+            rt.inline_push(t);
         }
         done
     };
@@ -362,6 +362,9 @@ impl Callgrind {
             .flatten()
             .map(|p| p as u64);
         RT.store(Box::into_raw(Box::new(rt)), Ordering::Relaxed);
+        // The inline paths' state belongs to the thread that ran last; another thread's
+        // blocks must not take them before Rust has switched to it (`runtime_and_thread`).
+        dbt_core::tool::set_thread_switch_hook(Runtime::inline_disarm);
         let instrumenting = opts.instr_atstart;
         let cwd = std::env::current_dir().unwrap_or_default();
         let mut t = Callgrind {

@@ -2219,12 +2219,12 @@ impl Runtime {
         t.fast.key = self.summary_key(t);
     }
 
-    /// Makes [`JUMP`] thread `t`'s (key `key`, whose state is current): the key a plainly
+    /// Makes [`JUMP`] thread `t`'s (the running one, whose state is current): the key a plainly
     /// reached block must have (none unless collecting, the last block ends plainly and the
     /// context has a key), the top frame's `sp`, the last block's counter and Ir. Only with
     /// [`Runtime::inline_jumps`]. Integer-only.
     #[inline(always)]
-    pub fn inline_push(&self, t: &mut ThreadState, key: u64) {
+    pub fn inline_push(&self, t: &mut ThreadState) {
         if !self.inline_jumps {
             return;
         }
@@ -2241,7 +2241,6 @@ impl Runtime {
                 expect = inline_key(f.key, lbb.obj, lbb.sect);
             }
         }
-        JUMP.owner_neg.store(key.wrapping_neg(), Ordering::Relaxed);
         JUMP.top_sp
             .store(f.top_sp.min(i64::MAX as u64), Ordering::Relaxed);
         JUMP.last_count
@@ -2947,7 +2946,7 @@ mod tests {
         rt.setup(t, a, 0x8000);
         rt.setup(t, b, 0x8000);
         rt.setup(t, a, 0x8000);
-        rt.inline_push(t, 7);
+        rt.inline_push(t);
         let expect = JUMP.expect.load(Ordering::Relaxed);
         assert_ne!(expect, u64::MAX);
         // `b` (same context, object, section) matches.
@@ -2956,7 +2955,6 @@ mod tests {
         assert!(matches(b));
         let fresh = block(0x1020, 1, JumpExit::None, Vec::new());
         assert!(!matches(fresh), "a block never set up has no key");
-        assert_eq!(JUMP.owner_neg.load(Ordering::Relaxed), 7u64.wrapping_neg());
         // SAFETY: the inline paths' view of a cost centre: its counter, then the block's Ir.
         let last_ir = unsafe { *(JUMP.last_count.load(Ordering::Relaxed) as *const u64).add(1) };
         assert_eq!(last_ir, 3);
@@ -2979,14 +2977,14 @@ mod tests {
         let ctr = Box::leak(Box::new([0u64; 2])).as_mut_ptr();
         let r = block(0x1010, 2, JumpExit::None, vec![(1, ctr)]);
         rt.setup(t, r, 0x8000);
-        rt.inline_push(t, 7);
+        rt.inline_push(t);
         assert_eq!(JUMP.expect.load(Ordering::Relaxed), u64::MAX);
         rt.setup(t, b, 0x8000);
-        rt.inline_push(t, 7);
+        rt.inline_push(t);
         assert!(matches(b));
         // Collection off: nothing may be entered inline.
         rt.toggle_collect(t);
-        rt.inline_push(t, 7);
+        rt.inline_push(t);
         assert_eq!(JUMP.expect.load(Ordering::Relaxed), u64::MAX);
         // Eager charging (cache simulation): the entered blocks' Dr/Dw/Bc/Bi deltas fold
         // into the running cost with their Ir, and the return case stays off.
@@ -3004,7 +3002,7 @@ mod tests {
             (before.0 + 4, before.1 + 3, before.2 + 1)
         );
         assert_eq!(JUMP.stat[0].load(Ordering::Relaxed), 0);
-        rt.inline_push(t, 7);
+        rt.inline_push(t);
         assert_eq!(JUMP.prev_ret.load(Ordering::Relaxed), 1);
         assert_eq!(
             JUMP.ret_frame.load(Ordering::Relaxed),
