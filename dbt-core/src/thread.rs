@@ -107,12 +107,19 @@ pub fn spawn(
     let child_key = ptr.0 as u64;
     let (tid_tx, tid_rx) = mpsc::channel::<u64>();
     let (go_tx, go_rx) = mpsc::channel::<()>();
+    // The new host thread starts with the parent's GS base (the parent's context): it blocks
+    // every signal until its own is set, then takes the guest mask it inherits.
+    let guest_mask = block_all_signals();
+    let mask = SendMask(guest_mask);
     let spawned = std::thread::Builder::new()
         .stack_size(HOST_STACK)
         .spawn(move || {
             let ptr = ptr;
             // SAFETY: the context was allocated for this thread alone and lives until it exits.
             let ctx = unsafe { &mut *(ptr.0 as *mut ThreadContext) };
+            let mask = mask;
+            crate::dispatch::set_gs_base(ctx);
+            set_signal_mask(&mask.0);
             let tid = gettid();
             if flags & CLONE_CHILD_SETTID != 0 {
                 write_guest_u64_u32(ctid, tid);
@@ -121,10 +128,14 @@ pub fn spawn(
             let _ = go_rx.recv();
             register(ctx);
             crate::dispatch::run_thread(ctx);
+            // A signal now (a time-slice request sent before the thread left the run lock)
+            // would run rgrind's handler on the context being freed.
+            block_all_signals();
             // SAFETY: the guest thread has exited and its context is unlisted: nothing refers
             // to it or runs on its helper stack any more.
             unsafe { ThreadContext::free(ptr.0 as *mut ThreadContext) };
         });
+    set_signal_mask(&guest_mask);
     if spawned.is_err() {
         return -(libc::EAGAIN as i64);
     }
@@ -140,6 +151,28 @@ pub fn spawn(
         .thread_start(parent_key, child_key);
     let _ = go_tx.send(());
     tid as i64
+}
+
+struct SendMask(libc::sigset_t);
+// SAFETY: a signal set is plain data.
+unsafe impl Send for SendMask {}
+
+/// Blocks every signal in the calling host thread; returns the mask it had.
+fn block_all_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data that sigfillset initialises; pthread_sigmask only
+    // changes this thread's mask.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    }
+}
+
+fn set_signal_mask(mask: &libc::sigset_t) {
+    // SAFETY: only changes this thread's mask.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, core::ptr::null_mut()) };
 }
 
 /// Thread ids are 32-bit words in guest memory.
