@@ -279,8 +279,9 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
         // then the disposition is read at delivery instead.
         copy_info(&mut ctx.pending_info[sig], info);
         // A snapshot taken when another guest thread sent it (`snapshot_for_target`) stands.
-        if ctx.pending_snapped & bit(sig) == 0 {
-            if let Ok(actions) = ACTIONS.try_lock() {
+        // The snapshot fields are only touched under the disposition lock.
+        if let Ok(actions) = ACTIONS.try_lock() {
+            if ctx.pending_snapped & bit(sig) == 0 {
                 ctx.pending_action[sig] = actions[sig];
                 ctx.pending_snapped |= bit(sig);
             }
@@ -525,6 +526,7 @@ pub fn deliver_pending(ctx: &mut ThreadContext, restart_nr: Option<u64>) {
         crate::runlock::acquire();
     }
     let mut snapped: Option<KSigaction> = None;
+    let mut asynchronous = false;
     let (sig, info) = if ctx.sync_signal != 0 {
         let s = ctx.sync_signal as usize;
         ctx.sync_signal = 0;
@@ -536,14 +538,17 @@ pub fn deliver_pending(ctx: &mut ThreadContext, restart_nr: Option<u64>) {
         }
         let s = pend.trailing_zeros() as usize + 1;
         ctx.pending.fetch_and(!bit(s), Ordering::SeqCst);
-        if ctx.pending_snapped & bit(s) != 0 {
-            ctx.pending_snapped &= !bit(s);
-            snapped = Some(ctx.pending_action[s]);
-        }
+        asynchronous = true;
         (s, ctx.pending_info[s])
     };
     let action = {
         let mut actions = ACTIONS.lock().unwrap_or_else(|p| p.into_inner());
+        // The snapshot fields are only touched under this lock (another thread's
+        // `snapshot_for_target` writes them).
+        if asynchronous && ctx.pending_snapped & bit(sig) != 0 {
+            ctx.pending_snapped &= !bit(sig);
+            snapped = Some(ctx.pending_action[sig]);
+        }
         let a = snapped.unwrap_or(actions[sig]);
         if a.handler > SIG_IGN && a.flags & SA_RESETHAND != 0 {
             actions[sig].handler = SIG_DFL;
@@ -812,7 +817,9 @@ pub fn snapshot_for_target(tid: u64, sig: u64, take: bool) {
     if sig == 0 || sig >= NSIG {
         return;
     }
-    let action = ACTIONS.lock().unwrap_or_else(|p| p.into_inner())[sig];
+    // Held across the update: the target reads and clears its snapshot under this lock.
+    let actions = ACTIONS.lock().unwrap_or_else(|p| p.into_inner());
+    let action = actions[sig];
     crate::thread::for_each_context(|t| {
         if t.tid != tid {
             return;
@@ -824,4 +831,5 @@ pub fn snapshot_for_target(tid: u64, sig: u64, take: bool) {
             t.pending_snapped |= bit(sig);
         }
     });
+    drop(actions);
 }

@@ -536,15 +536,16 @@ fn clone(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
 /// Forks the process for a guest `clone` without CLONE_VM (`flags`: what remains for the
 /// host). Other guest threads may hold rgrind's locks or be inside its allocator: the child
 /// would inherit them held by threads it does not have. So the fork happens with the core,
-/// the thread list and the dispositions held (by this thread: released in both processes),
+/// the dispositions and the thread list held (by this thread: released in both processes),
 /// through libc's `fork` (which makes its own allocator consistent in the child) when the
 /// guest asked for nothing else than the thread-id words, which are then written as the
 /// kernel would; and the child is made the only thread, holding the run lock.
 fn fork_process(ctx: &ThreadContext, flags: u64, ptid: u64, ctid: u64) -> i64 {
     const TID_FLAGS: u64 = CLONE_PARENT_SETTID | CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID;
+    // In the order the other users take them: core, dispositions, thread list.
     let core_guard = core();
-    let mut list = crate::thread::list_guard();
     let actions = crate::signal::actions_guard();
+    let mut list = crate::thread::list_guard();
     let r = if flags & !TID_FLAGS == libc::SIGCHLD as u64 {
         // SAFETY: fork in a process whose other threads are all parked outside the locks
         // taken above; the child continues on its copy of this stack.
@@ -581,8 +582,8 @@ fn fork_process(ctx: &ThreadContext, flags: u64, ptid: u64, ctid: u64) -> i64 {
         crate::thread::after_fork_child(&mut list, ctx);
         crate::runlock::after_fork_child();
     }
-    drop(actions);
     drop(list);
+    drop(actions);
     drop(core_guard);
     r
 }
