@@ -102,6 +102,12 @@ pub fn acquire() {
             }
         }
     }
+    become_holder();
+}
+
+/// Records the calling thread as the holder; runs the switch hook when the last holder was
+/// another thread.
+fn become_holder() {
     let me = gettid();
     HOLDER.store(me, Ordering::SeqCst);
     if LAST_HOLDER.swap(me, Ordering::SeqCst) != me {
@@ -145,16 +151,7 @@ pub fn after_fork_child() {
         return;
     }
     NEXT.store(SERVING_FULL.load(Ordering::SeqCst) + 1, Ordering::SeqCst);
-    let me = gettid();
-    HOLDER.store(me, Ordering::SeqCst);
-    if LAST_HOLDER.swap(me, Ordering::SeqCst) != me {
-        let hook = SWITCH_HOOK.load(Ordering::SeqCst);
-        if hook != 0 {
-            // SAFETY: only `set_switch_hook` stores here, a `fn()`.
-            let hook: fn() = unsafe { core::mem::transmute::<usize, fn()>(hook) };
-            hook();
-        }
-    }
+    become_holder();
 }
 
 /// Whether another thread waits for the lock.
