@@ -46,7 +46,7 @@ static RETRANSLATE_N: AtomicUsize = AtomicUsize::new(0);
 
 /// Asks for the block starting at `guest` to be translated again (the tool's instrumentation
 /// of it changed) once the running block is done; returns false when the request could not
-/// be queued (ask again later). Callable from a helper. The calling thread's indirect-branch
+/// be queued (ask again later). Call only from a helper. The calling thread's indirect-branch
 /// table forgets the block at once, so that the next indirect branch there comes back to
 /// the dispatcher.
 pub fn request_retranslation(guest: u64) -> bool {
@@ -56,13 +56,9 @@ pub fn request_retranslation(guest: u64) -> bool {
     }
     RETRANSLATE[n].store(guest, Ordering::Relaxed);
     RETRANSLATE_N.store(n + 1, Ordering::Release);
-    let gs: u64;
-    // SAFETY: reading GS base has no side effects.
-    unsafe { core::arch::asm!("rdgsbase {}", out(reg) gs) };
-    if gs != 0 {
-        // SAFETY: GS of a guest thread points at its live ThreadContext.
-        unsafe { &*(gs as *const ThreadContext) }.ibl_forget(guest);
-    }
+    let ctx = crate::instrument::calltrack::thread_key();
+    // SAFETY: in a helper the key is the running thread's live ThreadContext.
+    unsafe { &*(ctx as *const ThreadContext) }.ibl_forget(guest);
     true
 }
 
