@@ -321,3 +321,62 @@ fn mmap_rwx(hint: u64, extra: i32) -> Option<u64> {
     publish_chunk(p as u64);
     Some(p as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn block(guest: u64, host: u64) -> Block {
+        Block {
+            insn_starts: vec![(0, guest), (5, guest + 3)],
+            guest_start: guest,
+            guest_end: guest + 6,
+            host,
+            host_len: 40,
+            exits: Vec::new(),
+            incoming: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_discarded_translation_is_forgotten_but_still_maps_back() {
+        let mut c = CodeCache::default();
+        c.insert_block(block(0x1000, 0x9000));
+        assert!(c.discard(0x1000));
+        assert!(
+            !c.blocks.contains_key(&0x1000),
+            "looked up again: translated anew"
+        );
+        assert!(!c.discard(0x1000), "nothing left to discard");
+        // A thread still running the old code: faults and signals map to guest addresses.
+        assert_eq!(c.guest_insn_at(0x9005), Some((0x1003, true)));
+        assert_eq!(c.guest_insn_at(0x9007), Some((0x1003, false)));
+        assert_eq!(c.block_start_at(0x9000), Some(0x1000));
+        assert_eq!(c.guest_insn_at(0x9000 + 40), None);
+        // The new translation is the one found at its own addresses.
+        c.insert_block(block(0x1000, 0xa000));
+        assert_eq!(c.guest_insn_at(0xa005), Some((0x1003, true)));
+        assert_eq!(c.guest_insn_at(0x9005), Some((0x1003, true)));
+    }
+
+    #[test]
+    fn discarding_unlinks_chained_predecessors_to_their_stubs() {
+        let mut c = CodeCache::default();
+        c.insert_block(block(0x1000, 0x9000));
+        c.insert_block(block(0x2000, 0xa000));
+        let mut site = [0i32; 2];
+        let patch = site.as_mut_ptr() as u64;
+        let id = c.add_exit(ExitRecord {
+            kind: ExitKind::Direct,
+            target: 0x2000,
+            patch_site: patch,
+            stub: patch + 64,
+            from_block: 0x1000,
+        });
+        // The chained target's address only has to be within rel32 reach of the site.
+        assert!(c.chain(id, 0x2000, patch + 0x100));
+        assert_eq!(site[0], 0x100 - 4);
+        c.invalidate(0x2000, 0x2001);
+        assert_eq!(site[0], 60, "back to the exit's own stub");
+    }
+}
