@@ -758,7 +758,7 @@ impl Plan {
             ; gs mov rcx, QWORD [ARG0]
             ; jrcxz =>done
         );
-        helper_call(a, slow, arg2, done);
+        helper_call_same_arg2(a, slow, done);
         dynasm!(a
             ; .arch x64
             ; =>done
@@ -1973,13 +1973,22 @@ fn store_arg1(a: &mut Asm, insn: &Instruction, arg1: CallArg) -> Result<(), Stri
 }
 
 fn helper_call(a: &mut Asm, helper: Helper, arg2: u64, back: DynamicLabel) {
+    dynasm!(a
+        ; .arch x64
+        ; mov rax, QWORD arg2 as i64
+        ; gs mov QWORD [ARG2], rax
+    );
+    helper_call_same_arg2(a, helper, back);
+}
+
+/// `helper_call` after another call with the same `arg2` (the trampolines leave
+/// `gs:[helper_args + 16]` alone; only `arg0` is overwritten, with the result).
+fn helper_call_same_arg2(a: &mut Asm, helper: Helper, back: DynamicLabel) {
     let f = helper.func as usize as i64;
     dynasm!(a
         ; .arch x64
         ; mov rax, QWORD helper.arg0 as i64
         ; gs mov QWORD [ARG0], rax
-        ; mov rax, QWORD arg2 as i64
-        ; gs mov QWORD [ARG2], rax
         ; mov rax, QWORD f
         ; gs mov QWORD [HFN], rax
         ; lea rax, [=>back]
