@@ -348,6 +348,43 @@ fn plan_cxt(c: Option<u32>) -> u64 {
     u64::from(Id::of(c).0)
 }
 
+/// The fields every `CallPlan` of a call into `bb` sets (the fast call and the stub's jump
+/// into the library): the callee and its recursion level (`lo..=hi`, the activation count's
+/// increment), the arc (id, counter, inclusive Ir), the caller's context and return key, the
+/// callee's cached key and own plan, and the bytes its return pops. Integer-only (tuples of integers, no
+/// `Option`s that could be copied with vector moves).
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn plan_call(
+    p: &CallPlan,
+    bb: &BlockInfo,
+    ret_addr: u64,
+    (to_fn, lo, hi, inc): (u32, u32, u32, u32),
+    push_fn: bool,
+    (arc, arc_count, arc_incl): (u32, u64, u64),
+    (caller_cxt, ret_key): (u64, u64),
+    (callee_key, callee_plan, drop): (u64, u64, u64),
+) {
+    let r = Ordering::Relaxed;
+    p.callee.store(bb as *const BlockInfo as u64, r);
+    p.ret_addr.store(ret_addr, r);
+    p.to_fn.store(u64::from(to_fn), r);
+    p.lo.store(u64::from(lo), r);
+    p.span.store(u64::from(hi - lo), r);
+    p.inc.store(u64::from(inc), r);
+    p.push_fn.store(u64::from(push_fn), r);
+    p.arc.store(u64::from(arc), r);
+    p.arc_count.store(arc_count, r);
+    p.arc_incl.store(arc_incl, r);
+    p.caller_cxt.store(caller_cxt, r);
+    p.ret_key.store(ret_key, r);
+    p.callee_count.store(bb.fast_count.get() as u64, r);
+    p.callee_plan.store(callee_plan, r);
+    let expect = inline_key(callee_key, bb.obj, bb.sect).unwrap_or(u64::MAX);
+    p.callee_expect.store(expect, r);
+    p.drop.store(drop, r);
+}
+
 /// The key of a (context, recursion level, thread partition) triple in
 /// [`BlockInfo::fast_key`] and [`Fast`]; `u64::MAX` (never cached) when a level or partition
 /// does not fit its bits.
@@ -1387,24 +1424,17 @@ impl Runtime {
                 return true;
             };
             let r = Ordering::Relaxed;
-            p.callee.store(bb as *const BlockInfo as u64, r);
-            p.ret_addr.store(lbb.end, r);
-            p.to_fn.store(u64::from(to_fn), r);
-            p.lo.store(u64::from(lo), r);
-            p.span.store(u64::from(hi - lo), r);
-            p.inc.store(u64::from(inc), r);
-            p.push_fn.store(u64::from(push_fn), r);
-            p.arc.store(u64::from(j), r);
-            p.arc_incl.store(incl, r);
-            p.caller_cxt.store(u64::from(old_cxt), r);
-            p.ret_key.store(ret_key, r);
-            p.callee_count.store(bb.fast_count.get() as u64, r);
-            p.callee_plan.store(callee_plan, r);
+            plan_call(
+                p,
+                bb,
+                lbb.end,
+                (to_fn, lo, hi, inc),
+                push_fn,
+                (j, arc_count, incl),
+                (u64::from(old_cxt), ret_key),
+                (bkey, callee_plan, FRAME),
+            );
             p.callee_miss.store(callee_miss, r);
-            p.callee_expect
-                .store(inline_key(bkey, bb.obj, bb.sect).unwrap_or(u64::MAX), r);
-            p.arc_count.store(arc_count, r);
-            p.drop.store(FRAME, r);
             p.stub.store(0, r);
         }
         true
@@ -1848,23 +1878,16 @@ impl Runtime {
             let sink = core::ptr::addr_of_mut!(fc.skipped[R_IR]) as u64;
             let p = &fc.plan;
             let r = Ordering::Relaxed;
-            p.callee.store(bb as *const BlockInfo as u64, r);
-            p.ret_addr.store(ret_addr, r);
-            p.to_fn.store(u64::from(to_fn), r);
-            p.lo.store(u64::from(lo), r);
-            p.span.store(u64::from(hi - lo), r);
-            p.inc.store(u64::from(inc), r);
-            p.push_fn.store(u64::from(push_fn), r);
-            p.arc.store(u64::from(j), r);
-            p.arc_count.store(arc_count, r);
-            p.arc_incl.store(incl, r);
-            p.caller_cxt.store(plan_cxt(old_cxt), r);
-            p.ret_key.store(plan.key, r);
-            p.callee_count.store(bb.fast_count.get() as u64, r);
-            p.callee_plan.store(callee_plan, r);
-            p.callee_expect
-                .store(inline_key(bkey, bb.obj, bb.sect).unwrap_or(u64::MAX), r);
-            p.drop.store(2 * FRAME, r);
+            plan_call(
+                p,
+                bb,
+                ret_addr,
+                (to_fn, lo, hi, inc),
+                push_fn,
+                (j, arc_count, incl),
+                (plan_cxt(old_cxt), plan.key),
+                (bkey, callee_plan, 2 * FRAME),
+            );
             p.sink.store(sink, r);
             p.stub_count.store(stub_count, r);
             p.from_bbcc.store(u64::from(from), r);
