@@ -13,7 +13,7 @@
 //! * The child does not run guest code before the parent has stored its thread id.
 use crate::context::{reg, ThreadContext};
 use crate::syscall::{
-    raw, write_guest_u64, CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_PARENT_SETTID,
+    raw, write_guest_u32, CLONE_CHILD_CLEARTID, CLONE_CHILD_SETTID, CLONE_PARENT_SETTID,
     CLONE_SETTLS,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -122,7 +122,7 @@ pub fn spawn(
             set_signal_mask(&mask.0);
             let tid = gettid();
             if flags & CLONE_CHILD_SETTID != 0 {
-                write_guest_u64_u32(ctid, tid);
+                let _ = write_guest_u32(ctid, tid as u32);
             }
             let _ = tid_tx.send(tid);
             let _ = go_rx.recv();
@@ -143,7 +143,7 @@ pub fn spawn(
         return -(libc::EAGAIN as i64);
     };
     if flags & CLONE_PARENT_SETTID != 0 {
-        write_guest_u64_u32(ptid, tid);
+        let _ = write_guest_u32(ptid, tid as u32);
     }
     let parent_key = parent as *const ThreadContext as u64;
     crate::core_state::core()
@@ -175,16 +175,6 @@ fn set_signal_mask(mask: &libc::sigset_t) {
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, mask, core::ptr::null_mut()) };
 }
 
-/// Thread ids are 32-bit words in guest memory.
-fn write_guest_u64_u32(addr: u64, v: u64) {
-    let mut cur = [0u8; 8];
-    if crate::translate::read_guest(addr, &mut cur) == 8 {
-        let mut w = u64::from_ne_bytes(cur);
-        w = (w & !0xffff_ffff) | (v & 0xffff_ffff);
-        let _ = write_guest_u64(addr, w);
-    }
-}
-
 /// Ends the calling guest thread (not the last one, already counted out by
 /// `leave_unless_last`): honours CLONE_CHILD_CLEARTID and unlists the context. The
 /// dispatcher then returns; the host thread ends (and frees the context), except the main
@@ -198,7 +188,7 @@ pub fn exit_current(ctx: &mut ThreadContext, status: i32) {
         .retain(|&a| a != addr);
     let ctid = ctx.clear_child_tid;
     if ctid != 0 {
-        write_guest_u64_u32(ctid, 0);
+        let _ = write_guest_u32(ctid, 0);
         // SAFETY: FUTEX_WAKE on a guest address; the kernel validates it.
         unsafe {
             raw::syscall6(

@@ -342,7 +342,9 @@ fn arch_prctl(ctx: &mut ThreadContext, a: [u64; 6]) -> i64 {
     }
 }
 
-fn write_guest_u32(addr: u64, v: u32) -> i64 {
+/// Thread ids are 32-bit words in guest memory; written alone, as the kernel does (not
+/// read-modify-write of a wider word another thread may be changing).
+pub(crate) fn write_guest_u32(addr: u64, v: u32) -> i64 {
     if crate::translate::write_guest(addr, &v.to_ne_bytes()) {
         0
     } else {
