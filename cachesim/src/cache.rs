@@ -116,6 +116,18 @@ impl Cache {
         &self.flat
     }
 
+    /// Where code that only reads this level finds each set's MRU tag: the address of set
+    /// 0's and the distance between two sets' in tags (the per-set copy when there is one,
+    /// else way 0 of the rows). Both are heap memory that lives as long as the cache; the
+    /// MRU tags change only through `access` and `clear`.
+    pub fn mru_tags_ptr(&self) -> (*const u64, u64) {
+        if self.mru.is_empty() {
+            (self.flat.tags_ptr(), self.flat.assoc())
+        } else {
+            (self.mru.as_ptr(), 1)
+        }
+    }
+
     /// All tags, row-major by set, way 0 = MRU (for inspection and tests).
     pub fn tags(&self) -> &[u64] {
         self.flat.tags()
@@ -233,6 +245,26 @@ mod tests {
         assert_eq!(with.tags(), without.tags());
         let ways = with.tags().chunks_exact(16).map(|row| row[0]);
         assert!(ways.eq(with.mru.iter().copied()));
+    }
+
+    #[test]
+    fn mru_tags_ptr_finds_each_sets_mru_tag() {
+        let check = |c: &mut Cache| {
+            let sets = u64::from(c.geometry().sets());
+            for addr in [0x1234_5678u64, 0x40, 0x7fff_0000, 0x40 * sets + 0x40] {
+                c.access(addr, 8);
+                let line = addr >> 6;
+                let (base, stride) = c.mru_tags_ptr();
+                let table: &[u64] = if stride == 1 { &c.mru } else { c.tags() };
+                assert_eq!(base, table.as_ptr());
+                assert_eq!(table[((line & (sets - 1)) * stride) as usize], line);
+            }
+        };
+        let g = CacheGeometry::new(1 << 24, 16, 64);
+        let mut with = Cache::new_private(g).expect("valid geometry");
+        assert!(!with.mru.is_empty());
+        check(&mut with);
+        check(&mut Cache::new(g).expect("valid geometry"));
     }
 
     #[test]

@@ -12,8 +12,8 @@ pub use crate::dispatch::request_retranslation;
 /// the translator; this folds them back. Call it before reading block counters.
 pub use crate::instrument::arena::fold_loop_shares as fold_block_counters;
 pub use crate::instrument::{
-    AccessKind, BlockView, CallArg, DataRef, FlowKind, Helper, InsnView, Instrumenter, MemAccess,
-    MruCache, RepKind,
+    AccessKind, AfterMiss, BlockView, CallArg, DataRef, FlowKind, Helper, InsnView, Instrumenter,
+    MemAccess, MruCache, RepKind,
 };
 pub use crate::runlock::set_switch_hook as set_thread_switch_hook;
 // Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.

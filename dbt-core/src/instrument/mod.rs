@@ -132,6 +132,20 @@ pub struct MruCache {
     pub assoc: u64,
 }
 
+/// What an inline L1 lookup (`fetch_check_l1`/`data_check_l1`) does after an L1 miss of a
+/// single-line access.
+#[derive(Clone, Copy, Debug)]
+pub struct AfterMiss {
+    /// The levels behind L1: `helper(helper.arg0, addr, size)`.
+    pub helper: Helper,
+    /// The LL's MRU tags, if the generated code may look there first: `tags` is set 0's MRU
+    /// tag, `assoc * 8` the distance between sets' MRU tags (a per-set copy has `assoc` 1).
+    /// A line found there is an LL hit that changes no LL state, so the code only adds one
+    /// to the `u64` at `helper.arg0` — which must be all the helper does in that case — and
+    /// skips the call. Requires an LL line no smaller than the L1 line.
+    pub ll_mru: Option<MruCache>,
+}
+
 /// Value of the second argument of a `call` request.
 #[derive(Clone, Copy, Debug)]
 pub enum CallArg {
@@ -170,7 +184,7 @@ pub(crate) enum Op {
         cache: MruCache,
         helper: Helper,
         /// `Some`: the L1 lookup of a single-line fetch is done inline, this is the LL part.
-        after_miss: Option<Helper>,
+        after_miss: Option<AfterMiss>,
     },
     Data {
         insn: usize,
@@ -178,7 +192,7 @@ pub(crate) enum Op {
         cache: MruCache,
         helper: Helper,
         /// As for `Fetch`.
-        after_miss: Option<Helper>,
+        after_miss: Option<AfterMiss>,
     },
     Call {
         insn: usize,
@@ -273,14 +287,14 @@ impl Instrumenter {
     /// lookup inline, with Cachegrind's LRU update of the set (a hit in way `k` moves ways
     /// `0..k` down and the line to way 0; a miss moves every way down and installs the line:
     /// `cachesim::raw::l1_lookup_raw` is the reference), and calls
-    /// `after_miss(after_miss.arg0, addr, len)` only on an L1 miss, for the levels behind it.
-    /// A fetch spanning two lines calls `helper(arg0, addr, len)` for the whole access.
+    /// runs `after_miss` only on an L1 miss, for the levels behind it. A fetch spanning two
+    /// lines calls `helper(arg0, addr, len)` for the whole access.
     pub fn fetch_check_l1(
         &mut self,
         insn: usize,
         cache: MruCache,
         helper: Helper,
-        after_miss: Helper,
+        after_miss: AfterMiss,
     ) {
         self.ops.push(Op::Fetch {
             insn,
@@ -304,16 +318,15 @@ impl Instrumenter {
     }
 
     /// Like `data_check`, with the L1 lookup of a single-line access done inline as in
-    /// `fetch_check_l1`: `after_miss(after_miss.arg0, addr, size)` runs only on an L1 miss
-    /// (the L1 tags already updated), `helper(arg0, addr, size)` for an access spanning two
-    /// lines.
+    /// `fetch_check_l1`: `after_miss` runs only on an L1 miss (the L1 tags already updated),
+    /// `helper(arg0, addr, size)` for an access spanning two lines.
     pub fn data_check_l1(
         &mut self,
         insn: usize,
         dref: DataRef,
         cache: MruCache,
         helper: Helper,
-        after_miss: Helper,
+        after_miss: AfterMiss,
     ) {
         self.ops.push(Op::Data {
             insn,

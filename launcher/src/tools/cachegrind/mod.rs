@@ -23,8 +23,8 @@ pub mod summary;
 
 use cachesim::{BranchPredictor, CacheLevel, Hierarchy};
 use dbt_core::tool::{
-    AccessKind, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper, InsnView,
-    Instrumenter, MruCache, RepKind, Tool,
+    AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
+    InsnView, Instrumenter, MruCache, RepKind, Tool,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -168,6 +168,8 @@ unsafe impl Send for BlockRec {}
 struct Caches {
     i1: MruCache,
     d1: MruCache,
+    /// `AfterMiss::ll_mru` (`cg_ll` only counts an LL hit).
+    ll_mru: Option<MruCache>,
     min_line: u64,
     desc: Vec<String>,
 }
@@ -178,6 +180,8 @@ pub(crate) struct SimCaches {
     pub hier: *mut Hierarchy,
     pub i1: MruCache,
     pub d1: MruCache,
+    /// The LL's MRU tags for `AfterMiss::ll_mru`; `None` when an L1 line can span LL lines.
+    pub ll_mru: Option<MruCache>,
     /// The smallest line size (accesses are clamped to it).
     pub min_line: u64,
     /// I1, D1, LL as simulated.
@@ -200,11 +204,21 @@ pub(crate) fn build_caches(
     let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll)
         .map_err(|e| vec![format!("cache configuration not supported: {e}")])?;
     let min_line = h.min_line_size();
+    let (ll_tags, ll_stride) = h.ll().mru_tags_ptr();
+    let ll = h.ll().geometry();
+    let ll_mru =
+        (ll.line_size >= resolved.i1.line_size.max(resolved.d1.line_size)).then(|| MruCache {
+            tags: ll_tags as u64,
+            set_mask: u64::from(ll.sets()) - 1,
+            line_bits: ll.line_size.trailing_zeros(),
+            assoc: ll_stride,
+        });
     let hier = Box::into_raw(h);
     Ok(SimCaches {
         hier,
         i1: mru(Hierarchy::flat_ptr_of(hier, CacheLevel::I1)),
         d1: mru(Hierarchy::flat_ptr_of(hier, CacheLevel::D1)),
+        ll_mru,
         min_line,
         geometry: [resolved.i1, resolved.d1, resolved.ll],
     })
@@ -263,6 +277,7 @@ impl Cachegrind {
             Some(Caches {
                 i1: sim.i1,
                 d1: sim.d1,
+                ll_mru: sim.ll_mru,
                 min_line: sim.min_line,
                 desc: vec![
                     cachesim::cachegrind_desc_line(CacheLevel::I1, i1g),
@@ -511,7 +526,11 @@ impl Tool for Cachegrind {
                         arg0: at(S_I1MR) as u64,
                         integer_only: true,
                     };
-                    ins.fetch_check_l1(i, c.i1, h, Helper { func: cg_ll, ..h });
+                    let after_miss = AfterMiss {
+                        helper: Helper { func: cg_ll, ..h },
+                        ll_mru: c.ll_mru,
+                    };
+                    ins.fetch_check_l1(i, c.i1, h, after_miss);
                 }
                 last_line = Some(last);
                 for k in 0..v.accesses.len() {
@@ -529,7 +548,11 @@ impl Tool for Cachegrind {
                             arg0: slot as u64,
                             integer_only: true,
                         };
-                        ins.data_check_l1(i, dref, c.d1, h, Helper { func: cg_ll, ..h });
+                        let after_miss = AfterMiss {
+                            helper: Helper { func: cg_ll, ..h },
+                            ll_mru: c.ll_mru,
+                        };
+                        ins.data_check_l1(i, dref, c.d1, h, after_miss);
                     }
                 }
             }

@@ -43,8 +43,8 @@ use super::cachegrind::modules::Modules;
 use super::cachegrind::StartupLine;
 use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
 use dbt_core::tool::{
-    BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, InlineJump, Instrumenter,
-    MruCache, RepKind, Tool,
+    AfterMiss, BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, InlineJump,
+    Instrumenter, MruCache, RepKind, Tool,
 };
 use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
 use runtime::{BlockInfo, Exit, FnFlags, InsnStat, JumpExit, Runtime, ThreadState, Trigger};
@@ -602,7 +602,11 @@ impl Callgrind {
                         arg0: slot_arg(i, SLOT_I1MR),
                         integer_only: true,
                     };
-                    ins.fetch_check_l1(i, c.i1, h, Helper { func: clg_ll, ..h });
+                    let after_miss = AfterMiss {
+                        helper: Helper { func: clg_ll, ..h },
+                        ll_mru: None,
+                    };
+                    ins.fetch_check_l1(i, c.i1, h, after_miss);
                 }
                 last_line = Some(last);
                 for k in 0..v.accesses.len() {
@@ -614,7 +618,11 @@ impl Callgrind {
                             arg0: slot_arg(i, slot),
                             integer_only: true,
                         };
-                        ins.data_check_l1(i, dref, c.d1, h, Helper { func: clg_ll, ..h });
+                        let after_miss = AfterMiss {
+                            helper: Helper { func: clg_ll, ..h },
+                            ll_mru: None,
+                        };
+                        ins.data_check_l1(i, dref, c.d1, h, after_miss);
                     }
                 }
             }
