@@ -18,7 +18,7 @@ pub use crate::instrument::{
 pub use crate::runlock::set_switch_hook as set_thread_switch_hook;
 // Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
 pub use crate::instrument::calltrack::{
-    thread_key, with_host_fs, CallPlan, FrameLayout, InlineJump, InlineRec, JumpState,
+    leak_low, thread_key, with_host_fs, CallPlan, FrameLayout, InlineJump, InlineRec, JumpState,
 };
 
 /// How the guest process is ending.

@@ -53,6 +53,56 @@ pub fn with_host_fs<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
+/// Bytes per mapping of `leak_low`'s arena.
+const LOW_CHUNK: usize = 1 << 20;
+
+/// Moves `value` to memory that lives for the process, below 2 GiB when the kernel allows
+/// (`MAP_32BIT`), so that generated code can address it with a 32-bit displacement; else to
+/// a leaked box. Objects are 64-byte aligned (one cache line for a 64-byte `InlineRec`).
+pub fn leak_low<T: Send + Sync + 'static>(value: T) -> &'static T {
+    use std::sync::Mutex;
+    /// The current mapping: next free address and end (0, 0 before the first).
+    static NEXT: Mutex<(usize, usize)> = Mutex::new((0, 0));
+    let (size, align) = (
+        core::mem::size_of::<T>(),
+        core::mem::align_of::<T>().max(64),
+    );
+    if size > 0 && size <= LOW_CHUNK / 4 && align <= 4096 {
+        let mut next = NEXT.lock().unwrap_or_else(|e| e.into_inner());
+        let mut at = next.0.next_multiple_of(align);
+        if next.0 == 0 || at + size > next.1 {
+            // SAFETY: a fresh private anonymous mapping: it aliases no Rust object.
+            let p = unsafe {
+                libc::mmap(
+                    core::ptr::null_mut(),
+                    LOW_CHUNK,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+                    -1,
+                    0,
+                )
+            };
+            if p != libc::MAP_FAILED {
+                *next = (p as usize, p as usize + LOW_CHUNK);
+                at = p as usize;
+            } else {
+                at = 0;
+            }
+        }
+        if at != 0 {
+            next.0 = at + size;
+            let ptr = at as *mut T;
+            // SAFETY: `[at, at + size)` lies in our mapping (page-aligned start, `align`
+            // divides 4096), was never handed out, and is written once here; nothing frees it.
+            unsafe {
+                ptr.write(value);
+                return &*ptr;
+            }
+        }
+    }
+    Box::leak(Box::new(value))
+}
+
 // Callgrind (clginline): the layout shared by the tool and the inline jump path that
 // `Instrumenter::call_with_fallback_inline` emits. The tool owns the one `JumpState` (a
 // static: fixed address) and a `InlineRec` per block; the emitted code reads and writes them
@@ -386,5 +436,27 @@ impl core::fmt::Debug for JumpState {
 impl core::fmt::Debug for InlineRec {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("InlineRec").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leak_low_gives_distinct_aligned_objects_below_2_gib() {
+        let recs: Vec<&'static InlineRec> =
+            (0..20_000).map(|_| leak_low(InlineRec::new())).collect();
+        let mut addrs: Vec<u64> = recs.iter().map(|r| *r as *const InlineRec as u64).collect();
+        assert!(addrs.iter().all(|&a| a % 64 == 0));
+        // 20,000 records span more than one 1 MiB mapping; this kernel allows MAP_32BIT.
+        assert!(addrs.iter().all(|&a| a + 64 <= 1 << 31), "not below 2 GiB");
+        addrs.sort_unstable();
+        assert!(addrs.windows(2).all(|w| w[1] - w[0] >= 64));
+        recs[7]
+            .count
+            .store(5, core::sync::atomic::Ordering::Relaxed);
+        assert_eq!(recs[7].count.load(core::sync::atomic::Ordering::Relaxed), 5);
+        assert_eq!(recs[8].count.load(core::sync::atomic::Ordering::Relaxed), 0);
     }
 }

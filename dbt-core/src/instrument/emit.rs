@@ -42,6 +42,7 @@ const TRAMP_INT: i32 = OFF_HELPER_TRAMP_INT as i32;
 
 const RAX: u8 = 0;
 const RCX: u8 = 1;
+const RSP: u8 = 4;
 
 /// The iced register for general-purpose register number `n` (rax = 0 .. r15 = 15).
 fn gpr(n: u8) -> Register {
@@ -308,6 +309,8 @@ impl Plan {
                     } else if jump.entry {
                         inline_call(a, &jump, (done, fail), flags_dead, true);
                     } else {
+                        let dead = self.dead.get(i).copied().unwrap_or(0) & !(1 << RSP);
+                        inline_jump_low(a, &jump, done, flags_dead, dead);
                         let (try_alt, alt_back) = (a.new_dynamic_label(), a.new_dynamic_label());
                         inline_jump(a, &jump, (done, (try_alt, alt_back), fail), flags_dead);
                         self.slow.push(Slow {
@@ -946,6 +949,108 @@ fn inline_jump(
         ; gs mov rcx, QWORD [IS1]
         ; gs mov rax, QWORD [IS0]
     );
+}
+
+/// The jump case's common way (first entry, nothing to unwind) when the state and the
+/// record lie below 2 GiB: addressed with 32-bit displacements, it borrows one register — a
+/// guest register dead at the block's start (`dead`, a mask) when there is one and the flags
+/// are dead, else rcx, or rax when the flags must be saved — instead of three. Goes to
+/// `done` when it applied; otherwise falls through with every register and the flags as
+/// they were, to the full jump case (`inline_jump`), which checks again.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
+fn inline_jump_low(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    done: DynamicLabel,
+    flags_dead: bool,
+    dead: u16,
+) {
+    let st = j.state as *const super::calltrack::JumpState as u64;
+    let rec = j.rec as *const super::calltrack::InlineRec as u64;
+    let low = |base: u64, size: usize| base + size as u64 <= 1 << 31;
+    if !low(st, size_of::<super::calltrack::JumpState>())
+        || !low(rec, size_of::<super::calltrack::InlineRec>())
+    {
+        return;
+    }
+    let o = JUMP_OFF;
+    let s = |off: i32| st as i32 + off;
+    let r = |off: i32| rec as i32 + off;
+    let x = if !flags_dead {
+        RAX
+    } else {
+        (0..16u8).find(|&n| dead & (1 << n) != 0).unwrap_or(RCX)
+    };
+    let borrowed = x == RCX && dead & (1 << RCX) == 0;
+    if !flags_dead {
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+        save_flags(a);
+    } else if borrowed {
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+    }
+    let restore = |a: &mut Asm| {
+        if !flags_dead {
+            restore_flags(a);
+            dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
+        } else if borrowed {
+            dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1]);
+        }
+    };
+    let miss = a.new_dynamic_label();
+    dynasm!(a
+        ; .arch x64
+        ; mov Rq(x), QWORD [s(o.expect)]
+        ; add Rq(x), QWORD [r(o.negk)]
+        ; jnz =>miss
+        ; cmp rsp, QWORD [s(o.top)]
+        ; ja =>miss
+    );
+    // As `enter_inline` and `enter_block` with absolute addresses.
+    if j.eager.is_none() {
+        dynasm!(a
+            ; .arch x64
+            ; mov Rq(x), QWORD [s(o.lcount)]
+            ; inc QWORD [Rq(x)]
+            ; mov Rq(x), QWORD [Rq(x) + 8]
+            ; add QWORD [s(o.ir)], Rq(x)
+        );
+    }
+    dynasm!(a
+        ; .arch x64
+        ; inc QWORD [s(o.bbs)]
+        ; mov Rq(x), QWORD [r(o.rcount)]
+        ; mov QWORD [s(o.lcount)], Rq(x)
+    );
+    if let Some(more) = j.eager {
+        dynasm!(a
+            ; .arch x64
+            ; inc QWORD [Rq(x)]
+            ; add QWORD [s(o.ir)], j.ir as i32
+            ; mov Rq(x), QWORD [r(o.rmiss)]
+            ; mov QWORD [s(o.cur_miss)], Rq(x)
+        );
+        for (k, &n) in more.iter().enumerate() {
+            if n != 0 {
+                dynasm!(a ; .arch x64 ; add QWORD [s(o.stat + 8 * k as i32)], n as i32);
+            }
+        }
+    }
+    dynasm!(a ; .arch x64 ; mov QWORD [s(o.prev_ret)], i32::from(!j.ends_ret));
+    if j.ends_call {
+        dynasm!(a
+            ; .arch x64
+            ; mov Rq(x), QWORD [r(o.rplan)]
+            ; mov QWORD [s(o.call_plan)], Rq(x)
+        );
+    } else {
+        dynasm!(a ; .arch x64 ; mov QWORD [s(o.call_plan)], 0);
+    }
+    if !j.ends_plain {
+        dynasm!(a ; .arch x64 ; mov QWORD [s(o.expect)], -1);
+    }
+    restore(a);
+    dynasm!(a ; .arch x64 ; jmp =>done ; =>miss);
+    restore(a);
 }
 
 /// The jump case with the record's second entry (out of line; rax = the record, rdx = the

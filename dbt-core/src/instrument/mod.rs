@@ -656,7 +656,11 @@ pub(crate) fn plan_block(
     if !insns.is_empty() {
         tool.instrument(&view, &mut ins);
     }
-    let dead = if ins.ops.iter().any(|o| matches!(o, Op::Data { .. })) {
+    let dead = if ins
+        .ops
+        .iter()
+        .any(|o| matches!(o, Op::Data { .. } | Op::CallFallbackInline { .. }))
+    {
         gpr_dead_before(&view, &mut factory)
     } else {
         Vec::new()

@@ -4,7 +4,7 @@
 //! (Callgrind's `setup_bbcc`, see [`runtime`]) with the guest stack pointer; the routine
 //! charges the previous block, maintains the thread's shadow call stack and picks the cost
 //! centre of the new block. In Ir-only mode a block that is no function entry first tries the
-//! plain-jump case inline, with no call at all (see `runtime::JUMP` and `docs/callgrind.md`).
+//! plain-jump case inline, with no call at all (see `runtime::jump()` and `docs/callgrind.md`).
 //! At the end (and on `CALLGRIND_DUMP_STATS`) the cost centres and
 //! arcs are written as `callgrind.out.<pid>` through the dumper.
 //!
@@ -21,7 +21,7 @@
 //!   touching Rust state, and guest threads run one at a time, so the runtime is never used
 //!   from two threads at once.
 //!
-//! * `runtime::JUMP` belongs to `LAST_THREAD`: `sync_in` folds its deltas back before any
+//! * `runtime::jump()` belongs to `LAST_THREAD`: `sync_in` folds its deltas back before any
 //!   Rust code reads thread state (and disarms it); `clg_setup`/`clg_setup_fast` re-arm it.
 //!
 //! * The periodic dump runs inside `clg_setup` (on the helper stack, with rgrind's FS), reaching
@@ -173,7 +173,7 @@ unsafe fn runtime_and_thread(key: u64) -> Option<(&'static mut Runtime, &'static
 }
 
 /// Folds what the inline jump path did into the thread it belongs to (the last thread that
-/// ran a block-start routine) and disarms it (`runtime::JUMP`), before Rust code reads or
+/// ran a block-start routine) and disarms it (`runtime::jump()`), before Rust code reads or
 /// changes thread state; the next block-start routine arms it again.
 ///
 /// # Safety
@@ -328,6 +328,7 @@ impl Callgrind {
         args: Vec<String>,
     ) -> Result<(Callgrind, Vec<StartupLine>), Vec<String>> {
         let opts = options::parse(tool_options).map_err(|e| e.0)?;
+        runtime::init_jump();
         let mut lines = Vec::new();
         let caches = if opts.cache_sim {
             // Same geometry rules, warnings and simulator as cachegrind.
@@ -555,7 +556,7 @@ impl Callgrind {
             insn_stat,
             insn_rep: b.insns.iter().map(|v| v.rep).collect(),
             stat,
-            jrec: dbt_core::tool::InlineRec::new(),
+            jrec: dbt_core::tool::leak_low(dbt_core::tool::InlineRec::new()),
             cases_missing: std::cell::Cell::new(0),
             cases_wanted: std::cell::Cell::new(0),
         });
@@ -1055,10 +1056,10 @@ impl Tool for Callgrind {
             }
             bb.cases_missing.set(missing);
             // A plain jump into this block (or a call into it) is handled inline (see
-            // `runtime::JUMP`).
+            // `runtime::jump()`).
             let jump = InlineJump {
-                state: &runtime::JUMP,
-                rec: &bb.jrec,
+                state: runtime::jump(),
+                rec: bb.jrec,
                 bb: info as u64,
                 ir: bb.n_insns as u32,
                 ends_plain: bb.plain_exit,

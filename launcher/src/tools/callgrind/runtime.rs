@@ -17,7 +17,7 @@
 //! * Hits cost nothing at run time: Ir, Dr, Dw, Bc and Bi of a cost centre follow from its
 //!   execution count and what each instruction statically does ([`InsnStat`]); only misses
 //!   and mispredicts are counted by the simulator helpers, into the current cost centre's
-//!   per-instruction array ([`Bbcc::miss`], found through `JUMP.cur_miss`, see [`CUR_STRIDE`]) and into the thread's
+//!   per-instruction array ([`Bbcc::miss`], found through `jump().cur_miss`, see [`CUR_STRIDE`]) and into the thread's
 //!   running cost ([`ThreadState::run`], through [`CUR_THREAD`]).
 //! * Contexts, cost centres and arcs are numbered in creation order (Callgrind's ids follow).
 //! * [`Runtime::setup_fast`] is an exact shortcut of [`Runtime::setup`] for the common case
@@ -30,7 +30,7 @@
 //!   its last arc in [`Bbcc::last_call`]) and whose frame fits the shadow stacks' spare
 //!   capacity (the fast path never allocates).
 //! * In Ir-only mode the jump case of `setup_fast` also runs inline in translated code
-//!   ([`JUMP`]): it accepts exactly the transitions `setup_fast` accepts there and makes the
+//!   ([`jump`]): it accepts exactly the transitions `setup_fast` accepts there and makes the
 //!   same changes, kept as deltas and a last block that [`Runtime::inline_pull`] folds into
 //!   the owning thread before Rust code reads its state.
 //! * Jump arcs (`--collect-jumps`) follow Callgrind's rules: a transfer that stays a jump
@@ -68,7 +68,7 @@ pub const N_STATIC: usize = 5;
 
 /// Where the simulator helpers add a miss of instruction `i`, slot `s` (encoded in their
 /// first argument as `i << 8 | s`): `base + i * CUR_STRIDE + s`, where `base` is
-/// `JUMP.cur_miss` (the current cost centre's [`Bbcc::miss`], or a skipped-function sink
+/// `jump().cur_miss` (the current cost centre's [`Bbcc::miss`], or a skipped-function sink
 /// with stride 0; null: not collecting; see [`set_cur_miss`]), and `CUR_THREAD + s` (the
 /// running thread's [`ThreadState::run`] from [`R_MISS`]). Written by `setup` and the inline
 /// jump path (guest threads run one at a time), read by the helpers.
@@ -78,21 +78,21 @@ pub static CUR_THREAD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
 /// Points the simulator helpers at miss array `base` (see [`CUR_STRIDE`]).
 #[inline(always)]
 fn set_cur_miss(base: *mut u64) {
-    JUMP.cur_miss.store(base as u64, Ordering::Relaxed);
+    jump().cur_miss.store(base as u64, Ordering::Relaxed);
 }
 
 /// Adds one to miss slot `slot` of instruction `idx` (see [`CUR_STRIDE`]), and to slot
 /// `slot + 3` too when `ll` (the LL miss that follows an L1 miss). Integer-only.
 #[inline(always)]
 pub fn add_miss(arg: u64, ll: bool) {
-    let base = JUMP.cur_miss.load(Ordering::Relaxed) as *mut u64;
+    let base = jump().cur_miss.load(Ordering::Relaxed) as *mut u64;
     if base.is_null() {
         return;
     }
     let (idx, slot) = (arg >> 8, (arg & 0xff) as usize);
     let off = (idx.wrapping_mul(CUR_STRIDE.load(Ordering::Relaxed)) as usize).wrapping_add(slot);
     let th = CUR_THREAD.load(Ordering::Relaxed);
-    // SAFETY: `JUMP.cur_miss`/`CUR_THREAD` point into a boxed cost centre's miss array (which has
+    // SAFETY: `jump().cur_miss`/`CUR_THREAD` point into a boxed cost centre's miss array (which has
     // `n_insns * stride` slots, `idx < n_insns`, `slot (+3) < stride`) or a skipped-cost sink
     // (stride 0, `RUN - R_MISS` slots) and a boxed thread's running cost; the arrays are
     // never freed and only the running guest thread's helpers touch them.
@@ -254,8 +254,9 @@ pub struct BlockInfo {
     /// Static events per execution, `Ir Dr Dw Bc Bi` (`rep` iterations excluded).
     pub stat: [u64; N_STATIC],
     /// The inline jump path's view of the `fast_*` entry ([`inline_key`] of `fast_key`,
-    /// with this block's object and section; never for a function entry).
-    pub jrec: InlineRec,
+    /// with this block's object and section; never for a function entry); below 2 GiB when
+    /// possible (`leak_low`), like [`jump`].
+    pub jrec: &'static InlineRec,
     /// Out-of-line inline cases ([`CASE_CALL`], [`CASE_RET`]) the block's translation lacks
     /// but could have, and those it was retranslated for (see [`BlockInfo::entered_from`]).
     pub cases_missing: Cell<u8>,
@@ -302,7 +303,29 @@ impl BlockInfo {
 /// The running thread's summary as the inline jump path reads it (Ir-only mode, see
 /// [`Runtime::inline_push`]). Its `ir`/`bbs` deltas and last block belong to the thread
 /// whose key it holds ([`Runtime::inline_pull`] folds them back before Rust code looks).
-pub static JUMP: JumpState = JumpState::new();
+///
+/// Reached through [`jump`]: [`init_jump`] moves it below 2 GiB when possible (`leak_low`),
+/// where the emitted code addresses it with 32-bit displacements and needs no register for
+/// its address.
+static JUMP_AT: AtomicPtr<JumpState> =
+    AtomicPtr::new((&JUMP_STATIC as *const JumpState).cast_mut());
+
+/// Where [`jump`] points until [`init_jump`].
+static JUMP_STATIC: JumpState = JumpState::new();
+
+/// The inline path's state (see `JUMP_AT`).
+#[inline(always)]
+pub fn jump() -> &'static JumpState {
+    // SAFETY: JUMP_AT always points at a JumpState that lives for the process (the static,
+    // or the one `init_jump` leaked).
+    unsafe { &*JUMP_AT.load(Ordering::Relaxed) }
+}
+
+/// Moves the inline path's state below 2 GiB; call once, before anything is translated.
+pub fn init_jump() {
+    let low: &'static JumpState = dbt_core::tool::leak_low(JumpState::new());
+    JUMP_AT.store((low as *const JumpState).cast_mut(), Ordering::Relaxed);
+}
 
 /// The inline path's key: a [`fast_key`] with the object and section folded in, or `None`
 /// when a part does not fit (context below 2^16 - 1, object below 2^12, section below 16),
@@ -741,7 +764,7 @@ pub struct Runtime {
     pub every_done: u64,
     /// The fast path declines once `bb_executions` reaches this (a periodic dump is due).
     fast_limit: u64,
-    /// Blocks carry the inline jump path ([`JUMP`]; Ir only, no jumps, no periodic dumps).
+    /// Blocks carry the inline jump path ([`jump`]; Ir only, no jumps, no periodic dumps).
     pub inline_jumps: bool,
 }
 
@@ -922,7 +945,7 @@ impl Runtime {
             .filter(|_| !bb.is_entry)
             .unwrap_or(u64::MAX - 1);
         let r = Ordering::Relaxed;
-        let j = &bb.jrec;
+        let j = bb.jrec;
         // The entry replaced becomes the second one, as `alt_key`/`alt_bbcc` here.
         j.alt_count.store(j.count.load(r), r);
         j.alt_miss.store(j.miss.load(r), r);
@@ -2164,7 +2187,7 @@ impl Runtime {
         self.set_cur(t);
     }
 
-    /// Folds what the inline paths did since the last look into thread `t` (the one [`JUMP`]
+    /// Folds what the inline paths did since the last look into thread `t` (the one [`jump`]
     /// belongs to): blocks executed, running Ir, the last block and its cost centre, and,
     /// when the call and return cases were armed, the lengths of the shadow stack and the
     /// function stack (whose contents and the activation counts they kept up to date) and
@@ -2172,16 +2195,16 @@ impl Runtime {
     /// fast path calls it).
     #[inline(always)]
     pub fn inline_pull(&mut self, t: &mut ThreadState) {
-        let n = JUMP.bbs.load(Ordering::Relaxed);
+        let n = jump().bbs.load(Ordering::Relaxed);
         if n == 0 {
             return;
         }
-        JUMP.bbs.store(0, Ordering::Relaxed);
+        jump().bbs.store(0, Ordering::Relaxed);
         self.bb_executions = self.bb_executions.wrapping_add(n);
-        let ir = JUMP.ir.load(Ordering::Relaxed);
-        JUMP.ir.store(0, Ordering::Relaxed);
+        let ir = jump().ir.load(Ordering::Relaxed);
+        jump().ir.store(0, Ordering::Relaxed);
         if self.eager {
-            for (k, d) in JUMP.stat.iter().enumerate() {
+            for (k, d) in jump().stat.iter().enumerate() {
                 let v = d.load(Ordering::Relaxed);
                 d.store(0, Ordering::Relaxed);
                 if let Some(r) = t.run.get_mut(R_IR + 1 + k) {
@@ -2192,7 +2215,7 @@ impl Runtime {
             }
         }
         // The last block's counter is the first field of its cost centre.
-        let count = JUMP.last_count.load(Ordering::Relaxed) as *mut u64;
+        let count = jump().last_count.load(Ordering::Relaxed) as *mut u64;
         // SAFETY: the inline paths only store counters of boxed cost centres (never freed).
         let (last, last_bb) = unsafe {
             let c = &*(count as *const Bbcc);
@@ -2207,19 +2230,19 @@ impl Runtime {
             core::ptr::write_volatile(core::ptr::addr_of_mut!(t.fast.last_count), count);
             core::ptr::write_volatile(core::ptr::addr_of_mut!(t.last_bbcc), Some(last));
         }
-        if JUMP.stack_moved.load(Ordering::Relaxed) == 0 {
+        if jump().stack_moved.load(Ordering::Relaxed) == 0 {
             return;
         }
-        JUMP.stack_moved.store(0, Ordering::Relaxed);
-        let base = JUMP.stack_base_neg.load(Ordering::Relaxed).wrapping_neg();
-        let frame = JUMP.ret_frame.load(Ordering::Relaxed);
+        jump().stack_moved.store(0, Ordering::Relaxed);
+        let base = jump().stack_base_neg.load(Ordering::Relaxed).wrapping_neg();
+        let frame = jump().ret_frame.load(Ordering::Relaxed);
         let depth = if frame == EMPTY_FRAME.as_ptr() as u64 {
             0
         } else {
             (frame.wrapping_sub(base) / core::mem::size_of::<Entry>() as u64) as usize + 1
         };
-        let fn_base = JUMP.fn_base.load(Ordering::Relaxed);
-        let fn_depth = (JUMP.fn_top.load(Ordering::Relaxed).wrapping_sub(fn_base) / 4) as usize;
+        let fn_base = jump().fn_base.load(Ordering::Relaxed);
+        let fn_depth = (jump().fn_top.load(Ordering::Relaxed).wrapping_sub(fn_base) / 4) as usize;
         if depth > t.stack.capacity() || fn_depth > t.fn_stack.capacity() {
             return;
         }
@@ -2231,7 +2254,7 @@ impl Runtime {
             t.fn_stack.set_len(fn_depth);
         }
         let cxt = self.bbccs.get(last as usize).map(|c| c.cxt);
-        let ns = JUMP.nonskipped.load(Ordering::Relaxed);
+        let ns = jump().nonskipped.load(Ordering::Relaxed);
         let ns = (ns != u64::MAX).then_some(ns as u32);
         // SAFETY: plain writes to the thread's own fields (volatile: no vector code).
         unsafe {
@@ -2242,7 +2265,7 @@ impl Runtime {
         t.fast.key = self.summary_key(t);
     }
 
-    /// Makes [`JUMP`] thread `t`'s (the running one, whose state is current): the key a plainly
+    /// Makes [`jump`] thread `t`'s (the running one, whose state is current): the key a plainly
     /// reached block must have (none unless collecting, the last block ends plainly and the
     /// context has a key), the top frame's `sp`, the last block's counter and Ir. Only with
     /// [`Runtime::inline_jumps`]. Integer-only.
@@ -2264,11 +2287,14 @@ impl Runtime {
                 expect = inline_key(f.key, lbb.obj, lbb.sect);
             }
         }
-        JUMP.top_sp
+        jump()
+            .top_sp
             .store(f.top_sp.min(i64::MAX as u64), Ordering::Relaxed);
-        JUMP.last_count
+        jump()
+            .last_count
             .store(f.last_count as u64, Ordering::Relaxed);
-        JUMP.expect
+        jump()
+            .expect
             .store(expect.unwrap_or(u64::MAX), Ordering::Relaxed);
         // The return case: armed for the top frame; taken only right after a block that
         // ends in a plain `ret`.
@@ -2280,8 +2306,9 @@ impl Runtime {
                 prev_ret = 0;
             }
         }
-        JUMP.prev_ret.store(prev_ret, Ordering::Relaxed);
-        JUMP.run_ir
+        jump().prev_ret.store(prev_ret, Ordering::Relaxed);
+        jump()
+            .run_ir
             .store(core::ptr::addr_of!(t.run[R_IR]) as u64, Ordering::Relaxed);
         // The frames, as the fast paths planned their returns, and the call case (taken only
         // while collecting and outside skipped functions, once the shadow stack's spare
@@ -2292,23 +2319,26 @@ impl Runtime {
             && t.stack.capacity() > 0
             && t.stack.capacity() == t.spare_init;
         let r = Ordering::Relaxed;
-        JUMP.nonskipped.store(u64::MAX, r);
+        jump().nonskipped.store(u64::MAX, r);
         if frames {
             let base = t.stack.as_mut_ptr();
             let frame = match t.stack.len().checked_sub(1) {
                 Some(top) => base.wrapping_add(top) as u64,
                 None => EMPTY_FRAME.as_ptr() as u64,
             };
-            JUMP.ret_frame.store(frame, r);
-            JUMP.stack_base_neg.store((base as u64).wrapping_neg(), r);
-            JUMP.stack_last
+            jump().ret_frame.store(frame, r);
+            jump().stack_base_neg.store((base as u64).wrapping_neg(), r);
+            jump()
+                .stack_last
                 .store(base.wrapping_add(t.stack.capacity() - 1) as u64, r);
-            JUMP.fn_active.store(t.fn_active.as_mut_ptr() as u64, r);
+            jump().fn_active.store(t.fn_active.as_mut_ptr() as u64, r);
             let fb = t.fn_stack.as_mut_ptr();
-            JUMP.fn_base.store(fb as u64, r);
-            JUMP.fn_top
+            jump().fn_base.store(fb as u64, r);
+            jump()
+                .fn_top
                 .store(fb.wrapping_add(t.fn_stack.len()) as u64, r);
-            JUMP.fn_end
+            jump()
+                .fn_end
                 .store(fb.wrapping_add(t.fn_stack.capacity()) as u64, r);
             let mut plan = 0;
             if !f.last_bb.is_null() {
@@ -2320,11 +2350,11 @@ impl Runtime {
                     }
                 }
             }
-            JUMP.call_plan.store(plan, r);
+            jump().call_plan.store(plan, r);
         } else {
-            JUMP.ret_frame.store(EMPTY_FRAME.as_ptr() as u64, r);
-            JUMP.stack_base_neg.store(0, r);
-            JUMP.call_plan.store(0, r);
+            jump().ret_frame.store(EMPTY_FRAME.as_ptr() as u64, r);
+            jump().stack_base_neg.store(0, r);
+            jump().call_plan.store(0, r);
         }
     }
 
@@ -2339,14 +2369,15 @@ impl Runtime {
         }
     }
 
-    /// Disarms [`JUMP`] (every case) before Rust code changes thread state.
+    /// Disarms [`jump`] (every case) before Rust code changes thread state.
     pub fn inline_disarm() {
-        JUMP.expect.store(u64::MAX, Ordering::Relaxed);
-        JUMP.ret_frame
+        jump().expect.store(u64::MAX, Ordering::Relaxed);
+        jump()
+            .ret_frame
             .store(EMPTY_FRAME.as_ptr() as u64, Ordering::Relaxed);
-        JUMP.stack_base_neg.store(0, Ordering::Relaxed);
-        JUMP.call_plan.store(0, Ordering::Relaxed);
-        JUMP.nonskipped.store(u64::MAX, Ordering::Relaxed);
+        jump().stack_base_neg.store(0, Ordering::Relaxed);
+        jump().call_plan.store(0, Ordering::Relaxed);
+        jump().nonskipped.store(u64::MAX, Ordering::Relaxed);
     }
 
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
@@ -2937,7 +2968,7 @@ mod tests {
             insn_stat: vec![InsnStat::default(); n as usize],
             insn_rep: vec![RepKind::None; n as usize],
             stat: [n, 0, 0, 0, 0],
-            jrec: InlineRec::new(),
+            jrec: dbt_core::tool::leak_low(InlineRec::new()),
             cases_missing: Cell::new(0),
             cases_wanted: Cell::new(0),
         }
@@ -2956,7 +2987,7 @@ mod tests {
         }
     }
 
-    /// The only test that touches the global [`JUMP`].
+    /// The only test that touches the global [`jump`].
     #[test]
     fn inline_state_arms_for_plain_jumps_only_and_folds_back() {
         let mut rt = runtime(false);
@@ -2970,7 +3001,7 @@ mod tests {
         rt.setup(t, b, 0x8000);
         rt.setup(t, a, 0x8000);
         rt.inline_push(t);
-        let expect = JUMP.expect.load(Ordering::Relaxed);
+        let expect = jump().expect.load(Ordering::Relaxed);
         assert_ne!(expect, u64::MAX);
         // `b` (same context, object, section) matches.
         let matches =
@@ -2979,14 +3010,15 @@ mod tests {
         let fresh = block(0x1020, 1, JumpExit::None, Vec::new());
         assert!(!matches(fresh), "a block never set up has no key");
         // SAFETY: the inline paths' view of a cost centre: its counter, then the block's Ir.
-        let last_ir = unsafe { *(JUMP.last_count.load(Ordering::Relaxed) as *const u64).add(1) };
+        let last_ir = unsafe { *(jump().last_count.load(Ordering::Relaxed) as *const u64).add(1) };
         assert_eq!(last_ir, 3);
-        assert_eq!(JUMP.top_sp.load(Ordering::Relaxed), i64::MAX as u64);
+        assert_eq!(jump().top_sp.load(Ordering::Relaxed), i64::MAX as u64);
         // What the inline code does for `b`, then folded back.
         let before = (rt.bb_executions, t.run[R_IR]);
-        JUMP.bbs.store(1, Ordering::Relaxed);
-        JUMP.ir.store(3, Ordering::Relaxed);
-        JUMP.last_count
+        jump().bbs.store(1, Ordering::Relaxed);
+        jump().ir.store(3, Ordering::Relaxed);
+        jump()
+            .last_count
             .store(b.jrec.count.load(Ordering::Relaxed), Ordering::Relaxed);
         rt.inline_pull(t);
         assert_eq!(
@@ -2995,40 +3027,40 @@ mod tests {
         );
         assert_eq!(t.last_bbcc, Some(b.last.get().2));
         assert!(core::ptr::eq(t.fast.last_bb, b));
-        assert_eq!(JUMP.bbs.load(Ordering::Relaxed), 0);
+        assert_eq!(jump().bbs.load(Ordering::Relaxed), 0);
         // After a block ending in a `rep`: nothing may be entered inline.
         let ctr = Box::leak(Box::new([0u64; 2])).as_mut_ptr();
         let r = block(0x1010, 2, JumpExit::None, vec![(1, ctr)]);
         rt.setup(t, r, 0x8000);
         rt.inline_push(t);
-        assert_eq!(JUMP.expect.load(Ordering::Relaxed), u64::MAX);
+        assert_eq!(jump().expect.load(Ordering::Relaxed), u64::MAX);
         rt.setup(t, b, 0x8000);
         rt.inline_push(t);
         assert!(matches(b));
         // Collection off: nothing may be entered inline.
         rt.toggle_collect(t);
         rt.inline_push(t);
-        assert_eq!(JUMP.expect.load(Ordering::Relaxed), u64::MAX);
+        assert_eq!(jump().expect.load(Ordering::Relaxed), u64::MAX);
         // Eager charging (cache simulation): the entered blocks' Dr/Dw/Bc/Bi deltas fold
         // into the running cost with their Ir, and the return case stays off.
         rt.toggle_collect(t);
         rt.set_simulation(true, false);
         assert!(rt.eager);
         let before = (t.run[R_IR], t.run[R_DR], t.run[R_DW]);
-        JUMP.bbs.store(2, Ordering::Relaxed);
-        JUMP.ir.store(4, Ordering::Relaxed);
-        JUMP.stat[0].store(3, Ordering::Relaxed);
-        JUMP.stat[1].store(1, Ordering::Relaxed);
+        jump().bbs.store(2, Ordering::Relaxed);
+        jump().ir.store(4, Ordering::Relaxed);
+        jump().stat[0].store(3, Ordering::Relaxed);
+        jump().stat[1].store(1, Ordering::Relaxed);
         rt.inline_pull(t);
         assert_eq!(
             (t.run[R_IR], t.run[R_DR], t.run[R_DW]),
             (before.0 + 4, before.1 + 3, before.2 + 1)
         );
-        assert_eq!(JUMP.stat[0].load(Ordering::Relaxed), 0);
+        assert_eq!(jump().stat[0].load(Ordering::Relaxed), 0);
         rt.inline_push(t);
-        assert_eq!(JUMP.prev_ret.load(Ordering::Relaxed), 1);
+        assert_eq!(jump().prev_ret.load(Ordering::Relaxed), 1);
         assert_eq!(
-            JUMP.ret_frame.load(Ordering::Relaxed),
+            jump().ret_frame.load(Ordering::Relaxed),
             EMPTY_FRAME.as_ptr() as u64
         );
     }
