@@ -128,6 +128,8 @@ enum SlowKind {
     FetchScan {
         cache: MruCache,
         after_miss: AfterMiss,
+        /// The guest's flags are dead at the fetch: the scan need not keep them.
+        flags_dead: bool,
         addr: u64,
         len: u64,
     },
@@ -529,6 +531,7 @@ impl Plan {
             Some(after_miss) => SlowKind::FetchScan {
                 cache,
                 after_miss,
+                flags_dead: !self.live[i],
                 addr,
                 len,
             },
@@ -1714,19 +1717,18 @@ fn emit_slow(a: &mut Asm, s: Slow) {
         SlowKind::FetchScan {
             cache,
             after_miss,
+            flags_dead,
             addr,
             len,
         } => {
             let first = addr >> cache.line_bits;
             let last = (addr + len - 1) >> cache.line_bits;
             let straddle = last != first;
-            // Flags are live here: keep them (and rdx) for the way back.
-            a.extend([0x9f, 0x0f, 0x90, 0xc0]); // lahf; seto al
-            dynasm!(a
-                ; .arch x64
-                ; gs mov QWORD [FLAGS], rax
-                ; gs mov QWORD [IS2], rdx
-            );
+            // Keep the flags (unless dead) and rdx for the way back.
+            if !flags_dead {
+                save_flags(a);
+            }
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS2], rdx);
             let (call_ll, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
             if straddle {
                 // Both lines in address order, one access: an L1 miss if either
@@ -1782,7 +1784,9 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             );
             helper_call(a, after_miss.helper, len, restore);
             dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
-            restore_flags(a);
+            if !flags_dead {
+                restore_flags(a);
+            }
             dynasm!(a ; .arch x64 ; jmp =>back);
         }
     }
