@@ -102,6 +102,9 @@ enum SlowKind {
         size: u64,
         /// Whether the check saved guest rax / rcx in `gs:[IS0]` / `gs:[IS1]`.
         saved: [bool; 2],
+        /// With `near_rows`: the registers where the check left the line of the access's
+        /// last byte and the row offset of its first byte's set.
+        line_row: Option<(u8, u8)>,
     },
     /// The inline jump case's second entry (`inline_jump_alt`), reached when the first
     /// entry's key did not match: back to `back` (the rest of the jump case) when this one
@@ -636,6 +639,7 @@ impl Plan {
                 after_miss,
                 size,
                 saved,
+                line_row: near_rows(cache).then_some((l, w)),
             },
         });
         if saved[0] {
@@ -665,23 +669,7 @@ impl Plan {
         match (i32::try_from(set_bits), cache.set_mask) {
             (Ok(sb), 1..) => {
                 dynasm!(a ; .arch x64 ; and Rd(w), DWORD sb);
-                let (row_log, line_log) = (row.trailing_zeros() as i8, bits);
-                // Rows of 3, 5 or 9 times a power of two (12-way caches: the hosts' 48 KiB
-                // D1) by `lea` and a shift, off the check's critical path's `imul`.
-                let odd = row >> row_log;
-                match odd {
-                    3 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 2]),
-                    5 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 4]),
-                    9 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 8]),
-                    _ => {}
-                }
-                if !row.is_power_of_two() && !matches!(odd, 3 | 5 | 9) {
-                    dynasm!(a ; .arch x64 ; shr Rq(w), bits ; imul Rq(w), Rq(w), row as i32);
-                } else if row_log > line_log {
-                    dynasm!(a ; .arch x64 ; shl Rq(w), row_log - line_log);
-                } else if row_log < line_log {
-                    dynasm!(a ; .arch x64 ; shr Rq(w), line_log - row_log);
-                }
+                scale_to_row(a, w, cache);
             }
             _ => {
                 // A single set or a huge one: the straddle test first, then the row by
@@ -1694,15 +1682,32 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             after_miss,
             size,
             saved,
-        } => data_slow(
-            a,
-            &acc,
-            offset,
-            cache,
-            (helper, after_miss),
-            (size, saved),
-            back,
-        ),
+            line_row,
+        } => {
+            let mut after_miss = after_miss;
+            if let (
+                Some(
+                    am @ AfterMiss {
+                        whole_lines: true, ..
+                    },
+                ),
+                Some(line_row),
+            ) = (after_miss, line_row)
+            {
+                data_scan(a, cache, am, line_row, back);
+                // Only an access spanning two lines gets past it: the whole access by `helper`.
+                after_miss = None;
+            }
+            data_slow(
+                a,
+                &acc,
+                offset,
+                cache,
+                (helper, after_miss),
+                (size, saved),
+                back,
+            )
+        }
         SlowKind::InlineAlt { fail } => inline_jump_alt(a, back, fail),
         SlowKind::InlineRet {
             jump,
@@ -1851,6 +1856,94 @@ fn enter_block(
     arm_call_plan(a, j, plan);
 }
 
+/// The common part of a data check's out-of-line part with `near_rows` (entered like
+/// `data_slow`, which must follow it): the L1 lookup of an access within one line from the
+/// line and row the check left in `line_row`, without the guest registers; the LL part on a
+/// miss with the line's first byte as the address (the same LL access). An access spanning
+/// two lines goes on to `data_slow` with everything as on entry.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn data_scan(
+    a: &mut Asm,
+    cache: MruCache,
+    after_miss: AfterMiss,
+    (l, w): (u8, u8),
+    back: DynamicLabel,
+) {
+    const RDX: u8 = 2;
+    // rax, rcx and rdx are put back from their slots at the end (`restore_to`); those that
+    // hold the line or row are the check's (dead, or saved by it already).
+    let spare = |r: u8| r != l && r != w;
+    let slots = [(RAX, IS0), (RCX, IS1), (RDX, IS2)];
+    for &(r, slot) in &slots {
+        if spare(r) {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [slot], Rq(r));
+        }
+    }
+    // rax = line, rcx = row offset.
+    if l == RCX && w == RAX {
+        dynasm!(a ; .arch x64 ; xchg rax, rcx);
+    } else if w == RAX {
+        dynasm!(a ; .arch x64 ; mov rcx, rax ; mov rax, Rq(l));
+    } else {
+        if l != RAX {
+            dynasm!(a ; .arch x64 ; mov rax, Rq(l));
+        }
+        if w != RCX {
+            dynasm!(a ; .arch x64 ; mov rcx, Rq(w));
+        }
+    }
+    // The last byte's line in the first byte's set: one line.
+    let (straddle, ret, miss) = (
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+    );
+    let bits = cache.line_bits as i8;
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS3], rax
+        ; mov rdx, rax
+        ; shl rdx, bits
+        ; and edx, DWORD (cache.set_mask << cache.line_bits) as i32
+    );
+    scale_to_row(a, RDX, cache);
+    dynasm!(a
+        ; .arch x64
+        ; cmp rdx, rcx
+        ; jne =>straddle
+        ; add rcx, cache.tags as i32
+    );
+    let install = |a: &mut Asm| {
+        dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS3] ; mov QWORD [rcx], rax);
+    };
+    l1_scan(a, cache, ret, miss, &install);
+    dynasm!(a ; .arch x64 ; =>miss);
+    if let Some(ll) = after_miss.ll_mru {
+        let call = a.new_dynamic_label();
+        dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS3]);
+        if ll.line_bits > cache.line_bits {
+            dynasm!(a ; .arch x64 ; shr rax, (ll.line_bits - cache.line_bits) as i8);
+        }
+        ll_mru_hit(a, ll, after_miss.helper.arg0, call, ret);
+        dynasm!(a ; .arch x64 ; =>call);
+    }
+    dynasm!(a
+        ; .arch x64
+        ; gs mov rax, QWORD [IS3]
+        ; shl rax, bits
+        ; gs mov QWORD [ARG1], rax
+    );
+    helper_call(a, after_miss.helper, 1, ret);
+    dynasm!(a ; .arch x64 ; =>ret);
+    restore_to(a, true, back);
+    dynasm!(a ; .arch x64 ; =>straddle);
+    for &(r, slot) in &slots {
+        if spare(r) {
+            dynasm!(a ; .arch x64 ; gs mov Rq(r), QWORD [slot]);
+        }
+    }
+}
+
 /// The out-of-line part of a data check (`SlowKind::Data`): puts every guest register the
 /// check borrowed back (the dead ones hold anything), borrows rax, rcx and rdx itself and
 /// returns to `back` with all three as the check left them.
@@ -1920,6 +2013,42 @@ fn data_slow(
     helper_call(a, helper, size, ret);
     dynasm!(a ; .arch x64 ; =>ret);
     restore_to(a, true, back);
+}
+
+/// `w` = a set number shifted left by the line bits (`addr & set_mask << line_bits`)
+/// becomes that set's byte offset in the tag array (flags clobbered).
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(w)` converts the register number
+fn scale_to_row(a: &mut Asm, w: u8, cache: MruCache) {
+    let bits = cache.line_bits as i8;
+    let row = cache.assoc * 8;
+    let (row_log, line_log) = (row.trailing_zeros() as i8, bits);
+    // Rows of 3, 5 or 9 times a power of two (12-way caches: the hosts' 48 KiB D1) by `lea`
+    // and a shift, off the check's critical path's `imul`.
+    let odd = row >> row_log;
+    match odd {
+        3 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 2]),
+        5 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 4]),
+        9 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 8]),
+        _ => {}
+    }
+    if !row.is_power_of_two() && !matches!(odd, 3 | 5 | 9) {
+        dynasm!(a ; .arch x64 ; shr Rq(w), bits ; imul Rq(w), Rq(w), row as i32);
+    } else if row_log > line_log {
+        dynasm!(a ; .arch x64 ; shl Rq(w), row_log - line_log);
+    } else if row_log < line_log {
+        dynasm!(a ; .arch x64 ; shr Rq(w), line_log - row_log);
+    }
+}
+
+/// Whether the inline data check of `cache` leaves the row's offset in the tag array in its
+/// second register, with the tags addressed by a 32-bit displacement (several sets whose
+/// row offsets fit in 32 bits, all below 2 GiB): `data_slow` can then reuse the line and
+/// row the check computed.
+fn near_rows(cache: MruCache) -> bool {
+    let row = cache.assoc * 8;
+    i32::try_from(cache.set_mask << cache.line_bits).is_ok()
+        && cache.set_mask >= 1
+        && (cache.set_mask + 1) * row + cache.tags <= 1 << 31
 }
 
 /// After an L1 miss (the flags free, rax = the LL line, rcx and rdx free): if the line is

@@ -142,8 +142,12 @@ pub struct AfterMiss {
     /// tag, `assoc * 8` the distance between sets' MRU tags (a per-set copy has `assoc` 1).
     /// A line found there is an LL hit that changes no LL state, so the code only adds one
     /// to the `u64` at `helper.arg0` — which must be all the helper does in that case — and
-    /// skips the call. Requires an LL line no smaller than the L1 line.
+    /// skips the call. Requires `whole_lines`.
     pub ll_mru: Option<MruCache>,
+    /// An L1 line lies within one LL line, so the LL part of an access within one L1 line
+    /// is the same for the line's first byte: the generated code may pass that instead of
+    /// the access's address (and 1 as the size), and need not recompute the address.
+    pub whole_lines: bool,
 }
 
 /// Value of the second argument of a `call` request.

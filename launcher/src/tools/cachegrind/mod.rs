@@ -170,6 +170,7 @@ struct Caches {
     d1: MruCache,
     /// `AfterMiss::ll_mru` (`cg_ll` only counts an LL hit).
     ll_mru: Option<MruCache>,
+    whole_lines: bool,
     min_line: u64,
     desc: Vec<String>,
 }
@@ -182,6 +183,8 @@ pub(crate) struct SimCaches {
     pub d1: MruCache,
     /// The LL's MRU tags for `AfterMiss::ll_mru`; `None` when an L1 line can span LL lines.
     pub ll_mru: Option<MruCache>,
+    /// `AfterMiss::whole_lines`: the LL line is no smaller than either L1 line.
+    pub whole_lines: bool,
     /// The smallest line size (accesses are clamped to it).
     pub min_line: u64,
     /// I1, D1, LL as simulated.
@@ -206,19 +209,20 @@ pub(crate) fn build_caches(
     let min_line = h.min_line_size();
     let (ll_tags, ll_stride) = h.ll().mru_tags_ptr();
     let ll = h.ll().geometry();
-    let ll_mru =
-        (ll.line_size >= resolved.i1.line_size.max(resolved.d1.line_size)).then(|| MruCache {
-            tags: ll_tags as u64,
-            set_mask: u64::from(ll.sets()) - 1,
-            line_bits: ll.line_size.trailing_zeros(),
-            assoc: ll_stride,
-        });
+    let whole_lines = ll.line_size >= resolved.i1.line_size.max(resolved.d1.line_size);
+    let ll_mru = whole_lines.then(|| MruCache {
+        tags: ll_tags as u64,
+        set_mask: u64::from(ll.sets()) - 1,
+        line_bits: ll.line_size.trailing_zeros(),
+        assoc: ll_stride,
+    });
     let hier = Box::into_raw(h);
     Ok(SimCaches {
         hier,
         i1: mru(Hierarchy::flat_ptr_of(hier, CacheLevel::I1)),
         d1: mru(Hierarchy::flat_ptr_of(hier, CacheLevel::D1)),
         ll_mru,
+        whole_lines,
         min_line,
         geometry: [resolved.i1, resolved.d1, resolved.ll],
     })
@@ -278,6 +282,7 @@ impl Cachegrind {
                 i1: sim.i1,
                 d1: sim.d1,
                 ll_mru: sim.ll_mru,
+                whole_lines: sim.whole_lines,
                 min_line: sim.min_line,
                 desc: vec![
                     cachesim::cachegrind_desc_line(CacheLevel::I1, i1g),
@@ -529,6 +534,7 @@ impl Tool for Cachegrind {
                     let after_miss = AfterMiss {
                         helper: Helper { func: cg_ll, ..h },
                         ll_mru: c.ll_mru,
+                        whole_lines: c.whole_lines,
                     };
                     ins.fetch_check_l1(i, c.i1, h, after_miss);
                 }
@@ -551,6 +557,7 @@ impl Tool for Cachegrind {
                         let after_miss = AfterMiss {
                             helper: Helper { func: cg_ll, ..h },
                             ll_mru: c.ll_mru,
+                            whole_lines: c.whole_lines,
                         };
                         ins.data_check_l1(i, dref, c.d1, h, after_miss);
                     }

@@ -277,6 +277,8 @@ struct FnNode {
 struct Caches {
     i1: MruCache,
     d1: MruCache,
+    /// `AfterMiss::whole_lines`.
+    whole_lines: bool,
     min_line: u64,
     geometry: [CacheGeometry; 3],
 }
@@ -337,6 +339,7 @@ impl Callgrind {
             Some(Caches {
                 i1: sim.i1,
                 d1: sim.d1,
+                whole_lines: sim.whole_lines,
                 min_line: sim.min_line,
                 geometry: sim.geometry,
             })
@@ -606,6 +609,7 @@ impl Callgrind {
                     let after_miss = AfterMiss {
                         helper: Helper { func: clg_ll, ..h },
                         ll_mru: None,
+                        whole_lines: c.whole_lines,
                     };
                     ins.fetch_check_l1(i, c.i1, h, after_miss);
                 }
@@ -622,6 +626,7 @@ impl Callgrind {
                         let after_miss = AfterMiss {
                             helper: Helper { func: clg_ll, ..h },
                             ll_mru: None,
+                            whole_lines: c.whole_lines,
                         };
                         ins.data_check_l1(i, dref, c.d1, h, after_miss);
                     }
