@@ -226,12 +226,12 @@ impl Plan {
     pub(crate) fn code_bound(&self) -> u64 {
         // Callgrind's block-start routine with its inline jump, return and call cases is
         // the largest op (~1.5 KiB).
-        let inline = self
-            .ops
-            .iter()
-            .filter(|o| matches!(o, Op::CallFallbackInline { .. }))
-            .count() as u64;
-        640 * self.ops.len() as u64 + 1024 * inline + 64
+        let count = |f: fn(&Op) -> bool| self.ops.iter().filter(|o| f(o)).count() as u64;
+        let inline = count(|o| matches!(o, Op::CallFallbackInline { .. }));
+        // A data check with the inline L1 lookup takes up to ~750 bytes (`data_scan`, then
+        // `data_slow` for two lines: a block of 20 loads and 43 instructions is 16.4 KB).
+        let data = count(|o| matches!(o, Op::Data { .. }));
+        640 * self.ops.len() as u64 + 384 * data + 1024 * inline + 64
     }
 
     fn is_empty(&self) -> bool {
