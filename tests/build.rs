@@ -58,6 +58,7 @@ const GUESTS: &[Guest] = &[
     g("threads-static", "threads.c", &["-static"]),
     g("jit", "jit.c", &[]),
     g("jitthreads", "jitthreads.c", &["-pthread"]),
+    g("denseloads", "denseloads.c", &[]),
     g("jitdiscard", "jitdiscard.c", &["-pthread"]),
     g("forkthreads", "forkthreads.c", &["-pthread"]),
     g("spin", "spin.c", &[]),

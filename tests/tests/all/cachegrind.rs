@@ -191,3 +191,35 @@ fn branch_rules_of_locked_and_rep_instructions() {
     let theirs = lines(&std::fs::read_to_string(&vg_file).unwrap());
     assert_eq!(l, theirs, "per-line Ir Bc Bcm Bi Bim equal to Valgrind's");
 }
+
+/// Blocks made of data checks (translations of ~23 KB for 60 instructions), each with its
+/// out-of-line lookup, fit the space reserved for them under both simulating tools and
+/// several geometries (a reservation too small stops rgrind with "block of N bytes exceeds
+/// its bound"), and the guest computes what it does natively.
+#[test]
+fn dense_data_checks_fit_their_translation() {
+    let cmd = Cmd::guest("denseloads");
+    let native = rgrind_tests::run(&cmd);
+    assert_eq!(native.end(), End::Exit(0), "{}", native.describe());
+    for geometry in [
+        &[][..],
+        &["--D1=65536,16,128", "--LL=8388608,16,128"][..],
+        &["--D1=1024,1,64", "--LL=16384,2,64"][..],
+    ] {
+        for tool in [
+            ["--tool=cachegrind", "--cachegrind-out-file=/dev/null"],
+            ["--tool=callgrind", "--callgrind-out-file=/dev/null"],
+        ] {
+            let mut opts = vec!["-q", "--cache-sim=yes"];
+            opts.extend_from_slice(&tool);
+            opts.extend_from_slice(geometry);
+            let out = run_rgrind(&opts, &cmd);
+            assert_eq!(
+                (out.end(), out.stdout_str()),
+                (End::Exit(0), native.stdout_str()),
+                "{opts:?}: {}",
+                out.describe()
+            );
+        }
+    }
+}
