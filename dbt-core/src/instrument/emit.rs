@@ -18,7 +18,7 @@
 //!   as they were on all of its ways out (its return case, `inline_ret`, is flag-free).
 //!
 //! Deliberately not done: merging adjacent checks (each request is emitted on its own).
-use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, MemAccess, MruCache, Op};
+use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, LlHitCount, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
 use crate::context::*;
 use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
@@ -1779,7 +1779,7 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             if let (Some(ll), false) = (after_miss.ll_mru, straddle) {
                 let call = a.new_dynamic_label();
                 dynasm!(a ; .arch x64 ; mov rax, QWORD (addr >> ll.line_bits) as i64);
-                ll_mru_hit(a, ll, after_miss.helper.arg0, call, restore);
+                ll_mru_hit(a, ll, after_miss, call, restore);
                 dynasm!(a ; .arch x64 ; =>call);
             }
             dynasm!(a
@@ -1924,7 +1924,7 @@ fn data_scan(
         if ll.line_bits > cache.line_bits {
             dynasm!(a ; .arch x64 ; shr rax, (ll.line_bits - cache.line_bits) as i8);
         }
-        ll_mru_hit(a, ll, after_miss.helper.arg0, call, ret);
+        ll_mru_hit(a, ll, after_miss, call, ret);
         dynasm!(a ; .arch x64 ; =>call);
     }
     dynasm!(a
@@ -2004,7 +2004,7 @@ fn data_slow(
                 ; gs mov rax, QWORD [ARG1]
                 ; shr rax, ll.line_bits as i8
             );
-            ll_mru_hit(a, ll, after_miss.helper.arg0, call, ret);
+            ll_mru_hit(a, ll, after_miss, call, ret);
             dynasm!(a ; .arch x64 ; =>call);
         }
         helper_call(a, after_miss.helper, size, ret);
@@ -2052,9 +2052,16 @@ fn near_rows(cache: MruCache) -> bool {
 }
 
 /// After an L1 miss (the flags free, rax = the LL line, rcx and rdx free): if the line is
-/// the MRU tag of its LL set (`AfterMiss::ll_mru`), adds one to the u64 at `counter` and
-/// jumps to `done`; otherwise jumps to `call`. Clobbers rcx and rdx.
-fn ll_mru_hit(a: &mut Asm, ll: MruCache, counter: u64, call: DynamicLabel, done: DynamicLabel) {
+/// the MRU tag of its LL set (`AfterMiss::ll_mru`), counts the LL hit as the helper would
+/// (`AfterMiss::ll_hit`) and jumps to `done`; otherwise jumps to `call`. Clobbers rax, rcx
+/// and rdx.
+fn ll_mru_hit(
+    a: &mut Asm,
+    ll: MruCache,
+    after_miss: AfterMiss,
+    call: DynamicLabel,
+    done: DynamicLabel,
+) {
     let stride = (ll.assoc * 8) as i32;
     dynasm!(a
         ; .arch x64
@@ -2064,10 +2071,36 @@ fn ll_mru_hit(a: &mut Asm, ll: MruCache, counter: u64, call: DynamicLabel, done:
         ; mov rdx, QWORD ll.tags as i64
         ; cmp rax, QWORD [rdx + rcx]
         ; jne =>call
-        ; mov rax, QWORD counter as i64
-        ; inc QWORD [rax]
-        ; jmp =>done
     );
+    match after_miss.ll_hit {
+        LlHitCount::Arg0 => dynasm!(a
+            ; .arch x64
+            ; mov rax, QWORD after_miss.helper.arg0 as i64
+            ; inc QWORD [rax]
+        ),
+        LlHitCount::CostCentre {
+            base,
+            stride,
+            total,
+            index,
+            slot,
+        } => dynasm!(a
+            ; .arch x64
+            ; mov rax, QWORD base as i64
+            ; mov rax, QWORD [rax]
+            ; test rax, rax
+            ; jz =>done
+            ; mov rcx, QWORD stride as i64
+            ; mov rcx, QWORD [rcx]
+            ; imul rcx, rcx, index as i32
+            ; lea rax, [rax + rcx * 8]
+            ; inc QWORD [rax + (slot * 8) as i32]
+            ; mov rax, QWORD total as i64
+            ; mov rax, QWORD [rax]
+            ; inc QWORD [rax + (slot * 8) as i32]
+        ),
+    }
+    dynasm!(a ; .arch x64 ; jmp =>done);
 }
 
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =

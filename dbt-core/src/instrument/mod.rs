@@ -132,6 +132,24 @@ pub struct MruCache {
     pub assoc: u64,
 }
 
+/// What an after-miss helper does for an L1 miss that hits in the LL (`AfterMiss::ll_mru`).
+#[derive(Clone, Copy, Debug)]
+pub enum LlHitCount {
+    /// Adds one to the `u64` at `helper.arg0` (Cachegrind: the instruction's miss slot).
+    Arg0,
+    /// Callgrind: unless the `u64` at `base` is 0, adds one to word `index * stride + slot`
+    /// of the array it points at, where `stride` is the `u64` at `stride`; and one to word
+    /// `slot` of the array the `u64` at `total` points at. The three addresses live for the
+    /// process.
+    CostCentre {
+        base: u64,
+        stride: u64,
+        total: u64,
+        index: u32,
+        slot: u32,
+    },
+}
+
 /// What an inline L1 lookup (`fetch_check_l1`/`data_check_l1`) does after an L1 miss of a
 /// single-line access.
 #[derive(Clone, Copy, Debug)]
@@ -140,10 +158,12 @@ pub struct AfterMiss {
     pub helper: Helper,
     /// The LL's MRU tags, if the generated code may look there first: `tags` is set 0's MRU
     /// tag, `assoc * 8` the distance between sets' MRU tags (a per-set copy has `assoc` 1).
-    /// A line found there is an LL hit that changes no LL state, so the code only adds one
-    /// to the `u64` at `helper.arg0` — which must be all the helper does in that case — and
-    /// skips the call. Requires `whole_lines`.
+    /// A line found there is an LL hit that changes no LL state, so the code only counts it
+    /// as `ll_hit` says — which must be all the helper does in that case — and skips the
+    /// call. Requires `whole_lines`.
     pub ll_mru: Option<MruCache>,
+    /// How the helper counts an LL hit (with `ll_mru`).
+    pub ll_hit: LlHitCount,
     /// An L1 line lies within one LL line, so the LL part of an access within one L1 line
     /// is the same for the line's first byte: the generated code may pass that instead of
     /// the access's address (and 1 as the size), and need not recompute the address.

@@ -24,7 +24,7 @@ pub mod summary;
 use cachesim::{BranchPredictor, CacheLevel, Hierarchy};
 use dbt_core::tool::{
     AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
-    InsnView, Instrumenter, MruCache, RepKind, Tool,
+    InsnView, Instrumenter, LlHitCount, MruCache, RepKind, Tool,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -534,6 +534,7 @@ impl Tool for Cachegrind {
                     let after_miss = AfterMiss {
                         helper: Helper { func: cg_ll, ..h },
                         ll_mru: c.ll_mru,
+                        ll_hit: LlHitCount::Arg0,
                         whole_lines: c.whole_lines,
                     };
                     ins.fetch_check_l1(i, c.i1, h, after_miss);
@@ -557,6 +558,7 @@ impl Tool for Cachegrind {
                         let after_miss = AfterMiss {
                             helper: Helper { func: cg_ll, ..h },
                             ll_mru: c.ll_mru,
+                            ll_hit: LlHitCount::Arg0,
                             whole_lines: c.whole_lines,
                         };
                         ins.data_check_l1(i, dref, c.d1, h, after_miss);

@@ -279,6 +279,8 @@ struct Caches {
     d1: MruCache,
     /// `AfterMiss::whole_lines`.
     whole_lines: bool,
+    /// `AfterMiss::ll_mru`.
+    ll_mru: Option<MruCache>,
     min_line: u64,
     geometry: [CacheGeometry; 3],
 }
@@ -340,6 +342,7 @@ impl Callgrind {
                 i1: sim.i1,
                 d1: sim.d1,
                 whole_lines: sim.whole_lines,
+                ll_mru: sim.ll_mru,
                 min_line: sim.min_line,
                 geometry: sim.geometry,
             })
@@ -608,7 +611,8 @@ impl Callgrind {
                     };
                     let after_miss = AfterMiss {
                         helper: Helper { func: clg_ll, ..h },
-                        ll_mru: None,
+                        ll_mru: c.ll_mru,
+                        ll_hit: runtime::ll_hit_count(i, SLOT_I1MR),
                         whole_lines: c.whole_lines,
                     };
                     ins.fetch_check_l1(i, c.i1, h, after_miss);
@@ -625,7 +629,8 @@ impl Callgrind {
                         };
                         let after_miss = AfterMiss {
                             helper: Helper { func: clg_ll, ..h },
-                            ll_mru: None,
+                            ll_mru: c.ll_mru,
+                            ll_hit: runtime::ll_hit_count(i, slot),
                             whole_lines: c.whole_lines,
                         };
                         ins.data_check_l1(i, dref, c.d1, h, after_miss);

@@ -47,7 +47,7 @@
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
 //! switched to the returned-to function).
-use dbt_core::tool::{CallPlan, InlineRec, JumpState, RepKind};
+use dbt_core::tool::{CallPlan, InlineRec, JumpState, LlHitCount, RepKind};
 use std::cell::Cell;
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -103,6 +103,18 @@ pub fn add_miss(arg: u64, ll: bool) {
             *base.add(off + 3) += 1;
             *th.add(slot + 3) += 1;
         }
+    }
+}
+
+/// What `add_miss(slot_arg(index, slot), false)` does, for generated code that counts an LL
+/// hit itself (`AfterMiss::ll_mru`).
+pub fn ll_hit_count(index: usize, slot: u64) -> LlHitCount {
+    LlHitCount::CostCentre {
+        base: &jump().cur_miss as *const AtomicU64 as u64,
+        stride: &CUR_STRIDE as *const AtomicU64 as u64,
+        total: &CUR_THREAD as *const AtomicPtr<u64> as u64,
+        index: index as u32,
+        slot: slot as u32,
     }
 }
 
