@@ -315,7 +315,7 @@ impl Plan {
                         inline_call(a, &jump, (done, fail), flags_dead, true);
                     } else {
                         let dead = self.dead.get(i).copied().unwrap_or(0) & !(1 << RSP);
-                        inline_jump_low(a, &jump, done, flags_dead, dead);
+                        inline_jump_low(a, &jump, (done, try_ret), flags_dead, dead);
                         let (try_alt, alt_back) = (a.new_dynamic_label(), a.new_dynamic_label());
                         inline_jump(a, &jump, (done, (try_alt, alt_back), fail), flags_dead);
                         self.slow.push(Slow {
@@ -946,13 +946,16 @@ fn inline_jump(
 /// record lie below 2 GiB: addressed with 32-bit displacements, it borrows one register — a
 /// guest register dead at the block's start (`dead`, a mask) when there is one and the flags
 /// are dead, else rcx, or rax when the flags must be saved — instead of three. Goes to
-/// `done` when it applied; otherwise falls through with every register and the flags as
-/// they were, to the full jump case (`inline_jump`), which checks again.
+/// `done` when it applied; after a `ret` (where the jump case cannot apply) to the return
+/// case (`try_ret`, entered as from the full jump case: rax, rcx and rdx saved, rdx = the
+/// state, rax = the record, the flags saved unless dead); otherwise falls through with every
+/// register and the flags as they were, to the full jump case (`inline_jump`), which checks
+/// again.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
 fn inline_jump_low(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
-    done: DynamicLabel,
+    (done, try_ret): (DynamicLabel, DynamicLabel),
     flags_dead: bool,
     dead: u16,
 ) {
@@ -1041,6 +1044,31 @@ fn inline_jump_low(
     }
     restore(a);
     dynasm!(a ; .arch x64 ; jmp =>done ; =>miss);
+    if j.ret_case {
+        // A `ret` leaves `expect` at none (it does not end plainly), so only the return
+        // case (or those after it) can apply.
+        dynasm!(a
+            ; .arch x64
+            ; cmp QWORD [s(o.prev_ret)], 0
+            ; jne >jump_case
+        );
+        let saved_rax = !flags_dead;
+        let saved_rcx = flags_dead && borrowed;
+        if !saved_rax {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+        }
+        if !saved_rcx {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+        }
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS2], rdx
+            ; mov rdx, QWORD st as i64
+            ; mov rax, QWORD rec as i64
+            ; jmp =>try_ret
+            ; jump_case:
+        );
+    }
     restore(a);
 }
 
