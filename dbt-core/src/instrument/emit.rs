@@ -942,7 +942,7 @@ fn inline_jump(
     );
 }
 
-/// The jump case's common way (first entry, nothing to unwind) when the state and the
+/// The jump case's common way (either entry, nothing to unwind) when the state and the
 /// record lie below 2 GiB: addressed with 32-bit displacements, it borrows one register — a
 /// guest register dead at the block's start (`dead`, a mask) when there is one and the flags
 /// are dead, else rcx, or rax when the flags must be saved — instead of three. Goes to
@@ -990,60 +990,79 @@ fn inline_jump_low(
             dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1]);
         }
     };
-    let miss = a.new_dynamic_label();
+    let (miss, second) = (a.new_dynamic_label(), a.new_dynamic_label());
+    // The entry at byte `e` of the record (0, or `InlineRec::ALT` for the second), as
+    // `enter_inline` and `enter_block` with absolute addresses.
+    let enter = |a: &mut Asm, e: i32| {
+        dynasm!(a
+            ; .arch x64
+            ; cmp rsp, QWORD [s(o.top)]
+            ; ja =>miss
+        );
+        if j.eager.is_none() {
+            dynasm!(a
+                ; .arch x64
+                ; mov Rq(x), QWORD [s(o.lcount)]
+                ; inc QWORD [Rq(x)]
+                ; mov Rq(x), QWORD [Rq(x) + 8]
+                ; add QWORD [s(o.ir)], Rq(x)
+            );
+        }
+        dynasm!(a
+            ; .arch x64
+            ; inc QWORD [s(o.bbs)]
+            ; mov Rq(x), QWORD [r(e + o.rcount)]
+            ; mov QWORD [s(o.lcount)], Rq(x)
+        );
+        if let Some(more) = j.eager {
+            dynasm!(a
+                ; .arch x64
+                ; inc QWORD [Rq(x)]
+                ; add QWORD [s(o.ir)], j.ir as i32
+                ; mov Rq(x), QWORD [r(e + o.rmiss)]
+                ; mov QWORD [s(o.cur_miss)], Rq(x)
+            );
+            for (k, &n) in more.iter().enumerate() {
+                if n != 0 {
+                    dynasm!(a ; .arch x64 ; add QWORD [s(o.stat + 8 * k as i32)], n as i32);
+                }
+            }
+        }
+        dynasm!(a ; .arch x64 ; mov QWORD [s(o.prev_ret)], i32::from(!j.ends_ret));
+        if j.ends_call {
+            dynasm!(a
+                ; .arch x64
+                ; mov Rq(x), QWORD [r(e + o.rplan)]
+                ; mov QWORD [s(o.call_plan)], Rq(x)
+            );
+        } else {
+            dynasm!(a ; .arch x64 ; mov QWORD [s(o.call_plan)], 0);
+        }
+        if !j.ends_plain {
+            dynasm!(a ; .arch x64 ; mov QWORD [s(o.expect)], -1);
+        }
+        restore(a);
+        dynasm!(a ; .arch x64 ; jmp =>done);
+    };
+    let alt = super::calltrack::InlineRec::ALT;
     dynasm!(a
         ; .arch x64
         ; mov Rq(x), QWORD [s(o.expect)]
         ; add Rq(x), QWORD [r(o.negk)]
-        ; jnz =>miss
-        ; cmp rsp, QWORD [s(o.top)]
-        ; ja =>miss
+        ; jnz =>second
     );
-    // As `enter_inline` and `enter_block` with absolute addresses.
-    if j.eager.is_none() {
-        dynasm!(a
-            ; .arch x64
-            ; mov Rq(x), QWORD [s(o.lcount)]
-            ; inc QWORD [Rq(x)]
-            ; mov Rq(x), QWORD [Rq(x) + 8]
-            ; add QWORD [s(o.ir)], Rq(x)
-        );
-    }
+    enter(a, 0);
+    // The second entry (python3's interpreter loop runs its blocks at two recursion levels
+    // in turn: 40M of 357M block starts in the 3M loop).
     dynasm!(a
         ; .arch x64
-        ; inc QWORD [s(o.bbs)]
-        ; mov Rq(x), QWORD [r(o.rcount)]
-        ; mov QWORD [s(o.lcount)], Rq(x)
+        ; =>second
+        ; mov Rq(x), QWORD [s(o.expect)]
+        ; add Rq(x), QWORD [r(alt + o.negk)]
+        ; jnz =>miss
     );
-    if let Some(more) = j.eager {
-        dynasm!(a
-            ; .arch x64
-            ; inc QWORD [Rq(x)]
-            ; add QWORD [s(o.ir)], j.ir as i32
-            ; mov Rq(x), QWORD [r(o.rmiss)]
-            ; mov QWORD [s(o.cur_miss)], Rq(x)
-        );
-        for (k, &n) in more.iter().enumerate() {
-            if n != 0 {
-                dynasm!(a ; .arch x64 ; add QWORD [s(o.stat + 8 * k as i32)], n as i32);
-            }
-        }
-    }
-    dynasm!(a ; .arch x64 ; mov QWORD [s(o.prev_ret)], i32::from(!j.ends_ret));
-    if j.ends_call {
-        dynasm!(a
-            ; .arch x64
-            ; mov Rq(x), QWORD [r(o.rplan)]
-            ; mov QWORD [s(o.call_plan)], Rq(x)
-        );
-    } else {
-        dynasm!(a ; .arch x64 ; mov QWORD [s(o.call_plan)], 0);
-    }
-    if !j.ends_plain {
-        dynasm!(a ; .arch x64 ; mov QWORD [s(o.expect)], -1);
-    }
-    restore(a);
-    dynasm!(a ; .arch x64 ; jmp =>done ; =>miss);
+    enter(a, alt);
+    dynasm!(a ; .arch x64 ; =>miss);
     if j.ret_case {
         // A `ret` leaves `expect` at none (it does not end plainly), so only the return
         // case (or those after it) can apply.
