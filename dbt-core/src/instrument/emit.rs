@@ -924,7 +924,7 @@ fn inline_jump(
         ; cmp rsp, QWORD [rdx + top]
         ; ja =>fail_here
     );
-    enter_inline(a, j);
+    enter_inline(a, j, Bases::REGS);
     if !j.ends_plain {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
@@ -991,55 +991,21 @@ fn inline_jump_low(
         }
     };
     let (miss, second) = (a.new_dynamic_label(), a.new_dynamic_label());
-    // The entry at byte `e` of the record (0, or `InlineRec::ALT` for the second), as
-    // `enter_inline` and `enter_block` with absolute addresses.
+    // The entry at byte `e` of the record (0, or `InlineRec::ALT` for the second).
     let enter = |a: &mut Asm, e: i32| {
         dynasm!(a
             ; .arch x64
             ; cmp rsp, QWORD [s(o.top)]
             ; ja =>miss
         );
-        if j.eager.is_none() {
-            dynasm!(a
-                ; .arch x64
-                ; mov Rq(x), QWORD [s(o.lcount)]
-                ; inc QWORD [Rq(x)]
-                ; mov Rq(x), QWORD [Rq(x) + 8]
-                ; add QWORD [s(o.ir)], Rq(x)
-            );
-        }
-        dynasm!(a
-            ; .arch x64
-            ; inc QWORD [s(o.bbs)]
-            ; mov Rq(x), QWORD [r(e + o.rcount)]
-            ; mov QWORD [s(o.lcount)], Rq(x)
-        );
-        if let Some(more) = j.eager {
-            dynasm!(a
-                ; .arch x64
-                ; inc QWORD [Rq(x)]
-                ; add QWORD [s(o.ir)], j.ir as i32
-                ; mov Rq(x), QWORD [r(e + o.rmiss)]
-                ; mov QWORD [s(o.cur_miss)], Rq(x)
-            );
-            for (k, &n) in more.iter().enumerate() {
-                if n != 0 {
-                    dynasm!(a ; .arch x64 ; add QWORD [s(o.stat + 8 * k as i32)], n as i32);
-                }
-            }
-        }
-        dynasm!(a ; .arch x64 ; mov QWORD [s(o.prev_ret)], i32::from(!j.ends_ret));
-        if j.ends_call {
-            dynasm!(a
-                ; .arch x64
-                ; mov Rq(x), QWORD [r(e + o.rplan)]
-                ; mov QWORD [s(o.call_plan)], Rq(x)
-            );
-        } else {
-            dynasm!(a ; .arch x64 ; mov QWORD [s(o.call_plan)], 0);
-        }
+        let b = Bases {
+            st: Base::Abs(st as i32),
+            rec: Base::Abs(r(e)),
+            x,
+        };
+        enter_inline(a, j, b);
         if !j.ends_plain {
-            dynasm!(a ; .arch x64 ; mov QWORD [s(o.expect)], -1);
+            store_imm(a, b.st, o.expect, -1);
         }
         restore(a);
         dynasm!(a ; .arch x64 ; jmp =>done);
@@ -1190,10 +1156,10 @@ fn inline_ret(
             ; gs mov rbx, QWORD [IS3]
             ; mov rax, QWORD rec
         );
-        enter_inline(a, j);
+        enter_inline(a, j, Bases::REGS);
     } else {
         dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
-        enter_inline(a, j);
+        enter_inline(a, j, Bases::REGS);
         dynasm!(a
             ; .arch x64
             ; mov rax, QWORD [rdx + frame]
@@ -1250,19 +1216,16 @@ fn inline_ret(
     dynasm!(a ; .arch x64 ; jmp =>fail);
 }
 
-/// The end of every inline case (rdx = the state): the entered block arms the call case
-/// for the next block when it ends in a call (its cost centre's plan, read at `[rax +
-/// at]`), else disarms it. Flag-free.
-fn arm_call_plan(a: &mut Asm, j: &super::calltrack::InlineJump, at: i32) {
+/// The end of every inline case (the state at `b.st`): the entered block arms the call
+/// case for the next block when it ends in a call (its cost centre's plan, read at `b.rec +
+/// at`), else disarms it. Flag-free.
+fn arm_call_plan(a: &mut Asm, j: &super::calltrack::InlineJump, at: i32, b: Bases) {
     let call_plan = JUMP_OFF.call_plan;
     if j.ends_call {
-        dynasm!(a
-            ; .arch x64
-            ; mov rcx, QWORD [rax + at]
-            ; mov QWORD [rdx + call_plan], rcx
-        );
+        load(a, b.x, b.rec, at);
+        store(a, b.st, call_plan, b.x);
     } else {
-        dynasm!(a ; .arch x64 ; mov QWORD [rdx + call_plan], 0);
+        store_imm(a, b.st, call_plan, 0);
     }
 }
 
@@ -1380,7 +1343,12 @@ fn inline_call(
         ; pushed:
     );
     // This block, with the planned cost centre, is the last one.
-    enter_block(a, j, (p.callee_count, p.callee_miss, p.callee_plan));
+    enter_block(
+        a,
+        j,
+        (p.callee_count, p.callee_miss, p.callee_plan),
+        Bases::REGS,
+    );
     if j.ends_plain {
         dynasm!(a
             ; .arch x64
@@ -1416,7 +1384,7 @@ fn lazy_call_charge(a: &mut Asm) {
         ; cmp QWORD [rdx + nonskipped], -1
         ; jne >stub_charge
     );
-    charge_previous(a);
+    charge_previous(a, Bases::REGS);
     dynasm!(a
         ; .arch x64
         ; jmp >charged
@@ -1433,17 +1401,116 @@ fn lazy_call_charge(a: &mut Asm) {
     );
 }
 
-/// Lazy charging of the previous block (rdx = the state, rcx free, flags saved or dead):
-/// one execution on its counter, its Ir (the word after the counter) to the running Ir.
-fn charge_previous(a: &mut Asm) {
+/// Lazy charging of the previous block (the state at `b.st`, `b.x` free, flags saved or
+/// dead): one execution on its counter, its Ir (the word after the counter) to the running
+/// Ir.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn charge_previous(a: &mut Asm, b: Bases) {
     let JumpOffsets { lcount, ir, .. } = JUMP_OFF;
-    dynasm!(a
-        ; .arch x64
-        ; mov rcx, QWORD [rdx + lcount]
-        ; inc QWORD [rcx]
-        ; mov rcx, QWORD [rcx + 8]
-        ; add QWORD [rdx + ir], rcx
-    );
+    let x = b.x;
+    load(a, x, b.st, lcount);
+    inc_at(a, x);
+    if x == RCX {
+        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rcx + 8]);
+    } else {
+        dynasm!(a ; .arch x64 ; mov Rq(x), QWORD [Rq(x) + 8]);
+    }
+    add_reg(a, b.st, ir, x);
+}
+
+/// Where an inline case finds the state and the block's record (or plan): in rdx and rax
+/// with rcx free (`Bases::REGS`, the full forms), or at 32-bit absolute addresses with one
+/// free register (`inline_jump_low`).
+#[derive(Clone, Copy)]
+struct Bases {
+    st: Base,
+    rec: Base,
+    /// The scratch register.
+    x: u8,
+}
+
+/// A base register is named statically: dynasm gives a memory operand on a dynamic base
+/// register a SIB byte (it could be rsp), one byte more on every access of the full forms.
+#[derive(Clone, Copy)]
+enum Base {
+    Rdx,
+    Rax,
+    Abs(i32),
+}
+
+impl Bases {
+    const REGS: Bases = Bases {
+        st: Base::Rdx,
+        rec: Base::Rax,
+        x: RCX,
+    };
+}
+
+/// `mov x, [base + off]`.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn load(a: &mut Asm, x: u8, base: Base, off: i32) {
+    match base {
+        Base::Rdx => dynasm!(a ; .arch x64 ; mov Rq(x), QWORD [rdx + off]),
+        Base::Rax => dynasm!(a ; .arch x64 ; mov Rq(x), QWORD [rax + off]),
+        Base::Abs(at) => dynasm!(a ; .arch x64 ; mov Rq(x), QWORD [at + off]),
+    }
+}
+
+/// `mov [base + off], x`.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn store(a: &mut Asm, base: Base, off: i32, x: u8) {
+    match base {
+        Base::Rdx => dynasm!(a ; .arch x64 ; mov QWORD [rdx + off], Rq(x)),
+        Base::Rax => dynasm!(a ; .arch x64 ; mov QWORD [rax + off], Rq(x)),
+        Base::Abs(at) => dynasm!(a ; .arch x64 ; mov QWORD [at + off], Rq(x)),
+    }
+}
+
+/// `mov qword [base + off], imm` (sign-extended).
+fn store_imm(a: &mut Asm, base: Base, off: i32, imm: i32) {
+    match base {
+        Base::Rdx => dynasm!(a ; .arch x64 ; mov QWORD [rdx + off], imm),
+        Base::Rax => dynasm!(a ; .arch x64 ; mov QWORD [rax + off], imm),
+        Base::Abs(at) => dynasm!(a ; .arch x64 ; mov QWORD [at + off], imm),
+    }
+}
+
+/// `add [base + off], x`.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn add_reg(a: &mut Asm, base: Base, off: i32, x: u8) {
+    match base {
+        Base::Rdx => dynasm!(a ; .arch x64 ; add QWORD [rdx + off], Rq(x)),
+        Base::Rax => dynasm!(a ; .arch x64 ; add QWORD [rax + off], Rq(x)),
+        Base::Abs(at) => dynasm!(a ; .arch x64 ; add QWORD [at + off], Rq(x)),
+    }
+}
+
+/// `add qword [base + off], imm` (sign-extended).
+fn add_imm(a: &mut Asm, base: Base, off: i32, imm: i32) {
+    match base {
+        Base::Rdx => dynasm!(a ; .arch x64 ; add QWORD [rdx + off], imm),
+        Base::Rax => dynasm!(a ; .arch x64 ; add QWORD [rax + off], imm),
+        Base::Abs(at) => dynasm!(a ; .arch x64 ; add QWORD [at + off], imm),
+    }
+}
+
+/// `inc qword [base + off]`.
+fn inc_mem(a: &mut Asm, base: Base, off: i32) {
+    match base {
+        Base::Rdx => dynasm!(a ; .arch x64 ; inc QWORD [rdx + off]),
+        Base::Rax => dynasm!(a ; .arch x64 ; inc QWORD [rax + off]),
+        Base::Abs(at) => dynasm!(a ; .arch x64 ; inc QWORD [at + off]),
+    }
+}
+
+/// `inc qword [x]` (rcx named statically, as `Base`).
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn inc_at(a: &mut Asm, x: u8) {
+    if x == RCX {
+        dynasm!(a ; .arch x64 ; inc QWORD [rcx]);
+    } else {
+        dynasm!(a ; .arch x64 ; inc QWORD [Rq(x)]);
+    }
 }
 
 /// The start of every case on a `CallPlan`: rax, rcx, rdx saved (`at_start`; else they are)
@@ -1661,7 +1728,7 @@ fn inline_stub(
     );
     frame_slot(a, j, fail_saved);
     // Commit: charge the caller's block, as the jump case does.
-    charge_previous(a);
+    charge_previous(a, Bases::REGS);
     dynasm!(a
         ; .arch x64
         ; inc QWORD [rdx + bbs]
@@ -1844,10 +1911,10 @@ fn emit_slow(a: &mut Asm, s: Slow) {
     }
 }
 
-/// The part of the jump and return cases (rdx = the state, rax = the block's record, rcx
+/// The part of the jump and return cases (the state and the block's record at `b`, `b.x`
 /// free, the flags saved or dead): charge the previous block lazily (its counter, the
 /// running Ir), count one block, and enter this one with the record's cost centre.
-fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump) {
+fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, b: Bases) {
     let JumpOffsets {
         bbs,
         rcount,
@@ -1856,21 +1923,23 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ..
     } = JUMP_OFF;
     if j.eager.is_none() {
-        charge_previous(a);
+        charge_previous(a, b);
     }
-    dynasm!(a ; .arch x64 ; inc QWORD [rdx + bbs]);
-    enter_block(a, j, (rcount, rmiss, rplan));
+    inc_mem(a, b.st, bbs);
+    enter_block(a, j, (rcount, rmiss, rplan), b);
 }
 
-/// Makes this block the last one (rdx = the state, rax = the record or plan holding its
-/// cost centre's counter, miss array and plan at `(count, miss, plan)`, rcx free, the flags
-/// saved or dead): with `InlineJump::eager` it is charged now (its counter, Ir and further
-/// static costs) and the miss helpers are pointed at its cost centre; it notes whether the
-/// block ends in a `ret` or call the next block may take inline.
+/// Makes this block the last one (the state at `b.st`, the record or plan holding its cost
+/// centre's counter, miss array and plan at `b.rec + (count, miss, plan)`, `b.x` free, the
+/// flags saved or dead): with `InlineJump::eager` it is charged now (its counter, Ir and
+/// further static costs) and the miss helpers are pointed at its cost centre; it notes
+/// whether the block ends in a `ret` or call the next block may take inline.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
 fn enter_block(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
     (count, miss, plan): (i32, i32, i32),
+    b: Bases,
 ) {
     let JumpOffsets {
         lcount,
@@ -1880,27 +1949,22 @@ fn enter_block(
         stat,
         ..
     } = JUMP_OFF;
-    dynasm!(a
-        ; .arch x64
-        ; mov rcx, QWORD [rax + count]
-        ; mov QWORD [rdx + lcount], rcx
-    );
+    let x = b.x;
+    load(a, x, b.rec, count);
+    store(a, b.st, lcount, x);
     if let Some(more) = j.eager {
-        dynasm!(a
-            ; .arch x64
-            ; inc QWORD [rcx]
-            ; add QWORD [rdx + ir], j.ir as i32
-            ; mov rcx, QWORD [rax + miss]
-            ; mov QWORD [rdx + cur_miss], rcx
-        );
+        inc_at(a, x);
+        add_imm(a, b.st, ir, j.ir as i32);
+        load(a, x, b.rec, miss);
+        store(a, b.st, cur_miss, x);
         for (k, &n) in more.iter().enumerate() {
             if n != 0 {
-                dynasm!(a ; .arch x64 ; add QWORD [rdx + stat + 8 * k as i32], n as i32);
+                add_imm(a, b.st, stat + 8 * k as i32, n as i32);
             }
         }
     }
-    dynasm!(a ; .arch x64 ; mov QWORD [rdx + prev_ret], i32::from(!j.ends_ret));
-    arm_call_plan(a, j, plan);
+    store_imm(a, b.st, prev_ret, i32::from(!j.ends_ret));
+    arm_call_plan(a, j, plan, b);
 }
 
 /// The common part of a data check's out-of-line part with `near_rows` (entered like
