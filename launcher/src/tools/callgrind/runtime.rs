@@ -2207,16 +2207,17 @@ impl Runtime {
     /// fast path calls it).
     #[inline(always)]
     pub fn inline_pull(&mut self, t: &mut ThreadState) {
-        let n = jump().bbs.load(Ordering::Relaxed);
+        let js = jump();
+        let n = js.bbs.load(Ordering::Relaxed);
         if n == 0 {
             return;
         }
-        jump().bbs.store(0, Ordering::Relaxed);
+        js.bbs.store(0, Ordering::Relaxed);
         self.bb_executions = self.bb_executions.wrapping_add(n);
-        let ir = jump().ir.load(Ordering::Relaxed);
-        jump().ir.store(0, Ordering::Relaxed);
+        let ir = js.ir.load(Ordering::Relaxed);
+        js.ir.store(0, Ordering::Relaxed);
         if self.eager {
-            for (k, d) in jump().stat.iter().enumerate() {
+            for (k, d) in js.stat.iter().enumerate() {
                 let v = d.load(Ordering::Relaxed);
                 d.store(0, Ordering::Relaxed);
                 if let Some(r) = t.run.get_mut(R_IR + 1 + k) {
@@ -2227,7 +2228,7 @@ impl Runtime {
             }
         }
         // The last block's counter is the first field of its cost centre.
-        let count = jump().last_count.load(Ordering::Relaxed) as *mut u64;
+        let count = js.last_count.load(Ordering::Relaxed) as *mut u64;
         // SAFETY: the inline paths only store counters of boxed cost centres (never freed).
         let (last, last_bb) = unsafe {
             let c = &*(count as *const Bbcc);
@@ -2242,19 +2243,19 @@ impl Runtime {
             core::ptr::write_volatile(core::ptr::addr_of_mut!(t.fast.last_count), count);
             core::ptr::write_volatile(core::ptr::addr_of_mut!(t.last_bbcc), Some(last));
         }
-        if jump().stack_moved.load(Ordering::Relaxed) == 0 {
+        if js.stack_moved.load(Ordering::Relaxed) == 0 {
             return;
         }
-        jump().stack_moved.store(0, Ordering::Relaxed);
-        let base = jump().stack_base_neg.load(Ordering::Relaxed).wrapping_neg();
-        let frame = jump().ret_frame.load(Ordering::Relaxed);
+        js.stack_moved.store(0, Ordering::Relaxed);
+        let base = js.stack_base_neg.load(Ordering::Relaxed).wrapping_neg();
+        let frame = js.ret_frame.load(Ordering::Relaxed);
         let depth = if frame == EMPTY_FRAME.as_ptr() as u64 {
             0
         } else {
             (frame.wrapping_sub(base) / core::mem::size_of::<Entry>() as u64) as usize + 1
         };
-        let fn_base = jump().fn_base.load(Ordering::Relaxed);
-        let fn_depth = (jump().fn_top.load(Ordering::Relaxed).wrapping_sub(fn_base) / 4) as usize;
+        let fn_base = js.fn_base.load(Ordering::Relaxed);
+        let fn_depth = (js.fn_top.load(Ordering::Relaxed).wrapping_sub(fn_base) / 4) as usize;
         if depth > t.stack.capacity() || fn_depth > t.fn_stack.capacity() {
             return;
         }
@@ -2266,7 +2267,7 @@ impl Runtime {
             t.fn_stack.set_len(fn_depth);
         }
         let cxt = self.bbccs.get(last as usize).map(|c| c.cxt);
-        let ns = jump().nonskipped.load(Ordering::Relaxed);
+        let ns = js.nonskipped.load(Ordering::Relaxed);
         let ns = (ns != u64::MAX).then_some(ns as u32);
         // SAFETY: plain writes to the thread's own fields (volatile: no vector code).
         unsafe {
@@ -2283,6 +2284,7 @@ impl Runtime {
     /// [`Runtime::inline_jumps`]. Integer-only.
     #[inline(always)]
     pub fn inline_push(&self, t: &mut ThreadState) {
+        let js = jump();
         if !self.inline_jumps {
             return;
         }
@@ -2318,7 +2320,7 @@ impl Runtime {
                 prev_ret = 0;
             }
         }
-        jump().prev_ret.store(prev_ret, Ordering::Relaxed);
+        js.prev_ret.store(prev_ret, Ordering::Relaxed);
         jump()
             .run_ir
             .store(core::ptr::addr_of!(t.run[R_IR]) as u64, Ordering::Relaxed);
@@ -2331,21 +2333,21 @@ impl Runtime {
             && t.stack.capacity() > 0
             && t.stack.capacity() == t.spare_init;
         let r = Ordering::Relaxed;
-        jump().nonskipped.store(u64::MAX, r);
+        js.nonskipped.store(u64::MAX, r);
         if frames {
             let base = t.stack.as_mut_ptr();
             let frame = match t.stack.len().checked_sub(1) {
                 Some(top) => base.wrapping_add(top) as u64,
                 None => EMPTY_FRAME.as_ptr() as u64,
             };
-            jump().ret_frame.store(frame, r);
-            jump().stack_base_neg.store((base as u64).wrapping_neg(), r);
+            js.ret_frame.store(frame, r);
+            js.stack_base_neg.store((base as u64).wrapping_neg(), r);
             jump()
                 .stack_last
                 .store(base.wrapping_add(t.stack.capacity() - 1) as u64, r);
-            jump().fn_active.store(t.fn_active.as_mut_ptr() as u64, r);
+            js.fn_active.store(t.fn_active.as_mut_ptr() as u64, r);
             let fb = t.fn_stack.as_mut_ptr();
-            jump().fn_base.store(fb as u64, r);
+            js.fn_base.store(fb as u64, r);
             jump()
                 .fn_top
                 .store(fb.wrapping_add(t.fn_stack.len()) as u64, r);
@@ -2362,11 +2364,11 @@ impl Runtime {
                     }
                 }
             }
-            jump().call_plan.store(plan, r);
+            js.call_plan.store(plan, r);
         } else {
-            jump().ret_frame.store(EMPTY_FRAME.as_ptr() as u64, r);
-            jump().stack_base_neg.store(0, r);
-            jump().call_plan.store(0, r);
+            js.ret_frame.store(EMPTY_FRAME.as_ptr() as u64, r);
+            js.stack_base_neg.store(0, r);
+            js.call_plan.store(0, r);
         }
     }
 
@@ -2383,13 +2385,14 @@ impl Runtime {
 
     /// Disarms [`jump`] (every case) before Rust code changes thread state.
     pub fn inline_disarm() {
-        jump().expect.store(u64::MAX, Ordering::Relaxed);
+        let js = jump();
+        js.expect.store(u64::MAX, Ordering::Relaxed);
         jump()
             .ret_frame
             .store(EMPTY_FRAME.as_ptr() as u64, Ordering::Relaxed);
-        jump().stack_base_neg.store(0, Ordering::Relaxed);
-        jump().call_plan.store(0, Ordering::Relaxed);
-        jump().nonskipped.store(u64::MAX, Ordering::Relaxed);
+        js.stack_base_neg.store(0, Ordering::Relaxed);
+        js.call_plan.store(0, Ordering::Relaxed);
+        js.nonskipped.store(u64::MAX, Ordering::Relaxed);
     }
 
     /// Callgrind's `setup_bbcc` for block `bb` starting with stack pointer `sp` in thread `t`.
