@@ -23,6 +23,7 @@ pub mod cpu;
 pub mod dispatch;
 pub mod instrument;
 pub mod loader;
+pub mod perfmap;
 mod run;
 pub mod runlock;
 pub mod signal;

@@ -26,6 +26,11 @@ use iced_x86::{Code, Encoder, Instruction, MemoryOperand, OpKind, Register};
 
 type Asm = VecAssembler<X64Relocation>;
 
+/// Names the code emitted next in the perf map (`crate::perfmap`).
+fn mark(a: &Asm, name: &'static str) {
+    crate::perfmap::mark(a.offset().0, name);
+}
+
 const IS0: i32 = OFF_INSTR_SCRATCH as i32;
 const IS1: i32 = OFF_INSTR_SCRATCH as i32 + 8;
 const IS2: i32 = OFF_INSTR_SCRATCH as i32 + 16;
@@ -310,13 +315,17 @@ impl Plan {
                     );
                     let flags_dead = !self.live[i];
                     if jump.stub {
+                        mark(a, "clg-stub");
                         inline_stub(a, &jump, (done, fail), flags_dead);
                     } else if jump.entry {
+                        mark(a, "clg-entry-call");
                         inline_call(a, &jump, (done, fail), flags_dead, true);
                     } else {
                         let dead = self.dead.get(i).copied().unwrap_or(0) & !(1 << RSP);
+                        mark(a, "clg-short");
                         inline_jump_low(a, &jump, (done, try_ret), flags_dead, dead);
                         let (try_alt, alt_back) = (a.new_dynamic_label(), a.new_dynamic_label());
+                        mark(a, "clg-full");
                         inline_jump(a, &jump, (done, (try_alt, alt_back), fail), flags_dead);
                         self.slow.push(Slow {
                             entry: try_alt,
@@ -349,8 +358,10 @@ impl Plan {
                             },
                         });
                     }
+                    mark(a, "clg-rust");
                     self.call_fallback(a, i, fast, slow, arg1, arg2)?;
                     dynasm!(a ; .arch x64 ; =>done);
+                    mark(a, "body");
                 }
                 _ => {}
             }
@@ -1763,6 +1774,16 @@ fn inline_stub(
 /// to `s.back`.
 fn emit_slow(a: &mut Asm, s: Slow) {
     let (entry, back) = (s.entry, s.back);
+    mark(
+        a,
+        match s.kind {
+            SlowKind::InlineAlt { .. } => "clg-alt",
+            SlowKind::InlineRet { .. } => "clg-ret",
+            SlowKind::InlineCall { .. } => "clg-call",
+            SlowKind::Data { .. } | SlowKind::FetchScan { .. } => "cache-scan",
+            SlowKind::Call { .. } | SlowKind::Saving { .. } => "slow-call",
+        },
+    );
     dynasm!(a ; .arch x64 ; =>entry);
     match s.kind {
         SlowKind::Saving { entry: inner, kind } => {

@@ -661,6 +661,8 @@ pub fn translate(
     };
     let internal = |what: String| TranslateError::Internal { addr: guest, what };
     let mut guest_end = guest;
+    crate::perfmap::discard();
+    crate::perfmap::mark(0, "entry");
     // The indirect-branch lookup enters here, with guest rcx and rdx still in S0/S1.
     dynasm!(em.ops ; .arch x64 ; gs mov rcx, QWORD [S0] ; gs mov rdx, QWORD [S1]);
     if em.off() as u64 != IBL_ENTRY_OFFSET {
@@ -691,6 +693,7 @@ pub fn translate(
                 addr: insn.ip(),
                 what: format!("{what} (`{}`)", insn_text(insn)),
             };
+            crate::perfmap::mark(em.off(), "body");
             plan.emit_before(&mut em.ops, host, i).map_err(failed)?;
             if plan.emit_rep(&mut em.ops, host, i, bytes).map_err(failed)? {
                 continue;
@@ -714,7 +717,9 @@ pub fn translate(
         }
     }
     let body_len = em.off() as u64 - IBL_ENTRY_OFFSET;
+    crate::perfmap::mark(em.off(), "slow");
     plan.emit_slow_paths(&mut em.ops);
+    crate::perfmap::mark(em.off(), "stubs");
     em.stubs();
     let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
     let len = code.len() as u64;
@@ -727,6 +732,7 @@ pub fn translate(
     // code has been placed there; nothing executes it before `insert_block` publishes it.
     unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), host as *mut u8, code.len()) };
     cache.commit(host, len);
+    crate::perfmap::publish(host, code.len());
     let mut exit_ids = Vec::with_capacity(em.exits.len());
     for (i, e) in em.exits.iter().enumerate() {
         let id = cache.add_exit(ExitRecord {
