@@ -19,6 +19,7 @@ pub use crate::runlock::set_switch_hook as set_thread_switch_hook;
 // Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
 pub use crate::instrument::calltrack::{
     leak_low, thread_key, with_host_fs, CallPlan, FrameLayout, InlineJump, InlineRec, JumpState,
+    EXIT_OTHER, EXIT_RET,
 };
 
 /// How the guest process is ending.

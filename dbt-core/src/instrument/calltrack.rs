@@ -119,6 +119,11 @@ use core::sync::atomic::AtomicU64;
 /// `InlineRec`; `expect` becomes `u64::MAX` unless the block ends plainly). `ir`/`bbs` are
 /// deltas the tool folds back; the tool finds the previous block and cost centre from its
 /// counter.
+/// [`JumpState::exit`] after a plain `ret`.
+pub const EXIT_RET: u64 = 0;
+/// [`JumpState::exit`] after any other end (no plan is at address 1).
+pub const EXIT_OTHER: u64 = 1;
+
 #[repr(C)]
 pub struct JumpState {
     /// Key a plainly-reached block must have (`u64::MAX`: none).
@@ -132,10 +137,13 @@ pub struct JumpState {
     pub ir: AtomicU64,
     /// Blocks entered by the inline path since the tool last looked.
     pub bbs: AtomicU64,
+    /// How the previous block ended, for the next block's return and call cases (one word,
+    /// so that entering a block stores it once): [`EXIT_RET`] after a `ret` the return case
+    /// may take, the block's `CallPlan` (`*const CallPlan`) after a call the call case may
+    /// take, else [`EXIT_OTHER`].
+    pub exit: AtomicU64,
     // The return case (see `InlineJump`): a `ret` popping the top shadow-stack frame, read
     // from the tool's frame (layout in `FrameLayout`).
-    /// 0 when the previous block ended in a `ret` the inline path may take, else 1.
-    pub prev_ret: AtomicU64,
     /// The top frame (`*const` frame; a frame whose key field is `u64::MAX` when none).
     pub ret_frame: AtomicU64,
     /// Minus the address of the bottom frame (the frame below it does not exist); 0 when
@@ -145,9 +153,6 @@ pub struct JumpState {
     pub run_ir: AtomicU64,
     // The call case (see `CallPlan`) and the pops of the return case keep these of the
     // tool's stacks up to date themselves; the tool reads the lengths back.
-    /// The previous block's `CallPlan` when it ended in a call the inline path may take
-    /// (`*const CallPlan`; 0: none).
-    pub call_plan: AtomicU64,
     /// The thread's activation count per function (`*mut u32`, indexed by function).
     pub fn_active: AtomicU64,
     /// The thread's function stack: first slot, next free slot, end of its capacity
@@ -180,11 +185,10 @@ impl JumpState {
             last_count: AtomicU64::new(0),
             ir: AtomicU64::new(0),
             bbs: AtomicU64::new(0),
-            prev_ret: AtomicU64::new(1),
+            exit: AtomicU64::new(EXIT_OTHER),
             ret_frame: AtomicU64::new(0),
             stack_base_neg: AtomicU64::new(0),
             run_ir: AtomicU64::new(0),
-            call_plan: AtomicU64::new(0),
             fn_active: AtomicU64::new(0),
             fn_base: AtomicU64::new(0),
             fn_top: AtomicU64::new(0),
@@ -224,7 +228,7 @@ pub struct InlineRec {
 
 /// The call case of the inline path, per calling cost centre: the last call the tool made
 /// from it, as the callee's entry block can repeat it. The block takes it when the previous
-/// block armed this plan (`JumpState::call_plan`), the plan names this block, `[rsp]` is
+/// block armed this plan (`JumpState::exit`), the plan names this block, `[rsp]` is
 /// `ret_addr`, `rsp + 8 <= top_sp` (nothing to unwind, the frame below stays) and the
 /// callee function's activation count lies in `lo ..= lo + span` (its recursion level is
 /// the planned one), and both stacks have room. It then charges the previous block as a
@@ -355,7 +359,7 @@ impl Default for InlineRec {
 /// and guest address, whether it ends plainly (a jump or fall-through that the next block may
 /// take inline) and whether it ends in a `ret` the next block may take inline.
 ///
-/// The return case: when the previous block ended in such a `ret` (`prev_ret`) and the top
+/// The return case: when the previous block ended in such a `ret` (`JumpState::exit`) and the top
 /// frame (`ret_frame`) has this block's address as its return address, its `sp + 8` is
 /// `rsp` and its key is this block's, the inline code charges the previous block as for a
 /// jump, adds the Ir run since the frame was entered to the frame's arc's inclusive cost,

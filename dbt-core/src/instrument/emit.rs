@@ -18,6 +18,7 @@
 //!   as they were on all of its ways out (its return case, `inline_ret`, is flag-free).
 //!
 //! Deliberately not done: merging adjacent checks (each request is emitted on its own).
+use super::calltrack::{EXIT_OTHER, EXIT_RET};
 use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, LlHitCount, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
 use crate::context::*;
@@ -792,13 +793,12 @@ struct JumpOffsets {
     lcount: i32,
     ir: i32,
     bbs: i32,
-    prev_ret: i32,
+    exit: i32,
     frame: i32,
     base_neg: i32,
     run_ir: i32,
     cur_miss: i32,
     stat: i32,
-    call_plan: i32,
     fn_active: i32,
     fn_base: i32,
     fn_top: i32,
@@ -875,13 +875,12 @@ const JUMP_OFF: JumpOffsets = {
         lcount: offset_of!(S, last_count) as i32,
         ir: offset_of!(S, ir) as i32,
         bbs: offset_of!(S, bbs) as i32,
-        prev_ret: offset_of!(S, prev_ret) as i32,
+        exit: offset_of!(S, exit) as i32,
         frame: offset_of!(S, ret_frame) as i32,
         base_neg: offset_of!(S, stack_base_neg) as i32,
         run_ir: offset_of!(S, run_ir) as i32,
         cur_miss: offset_of!(S, cur_miss) as i32,
         stat: offset_of!(S, stat) as i32,
-        call_plan: offset_of!(S, call_plan) as i32,
         fn_active: offset_of!(S, fn_active) as i32,
         fn_base: offset_of!(S, fn_base) as i32,
         fn_top: offset_of!(S, fn_top) as i32,
@@ -1045,7 +1044,7 @@ fn inline_jump_low(
         // case (or those after it) can apply.
         dynasm!(a
             ; .arch x64
-            ; cmp QWORD [s(o.prev_ret)], 0
+            ; cmp QWORD [s(o.exit)], EXIT_RET as i32
             ; jne >jump_case
         );
         let saved_rax = !flags_dead;
@@ -1107,7 +1106,7 @@ fn inline_ret(
     let JumpOffsets {
         expect,
         top,
-        prev_ret,
+        exit,
         frame,
         base_neg,
         run_ir,
@@ -1125,7 +1124,7 @@ fn inline_ret(
     // frame's sp + 8 and this block's key is the frame's.
     dynasm!(a
         ; .arch x64
-        ; cmp QWORD [rdx + prev_ret], 0
+        ; cmp QWORD [rdx + exit], EXIT_RET as i32
         ; jne =>fail_r
         ; mov rax, QWORD [rdx + frame]
         ; mov rcx, QWORD rec
@@ -1227,16 +1226,17 @@ fn inline_ret(
     dynasm!(a ; .arch x64 ; jmp =>fail);
 }
 
-/// The end of every inline case (the state at `b.st`): the entered block arms the call
-/// case for the next block when it ends in a call (its cost centre's plan, read at `b.rec +
-/// at`), else disarms it. Flag-free.
-fn arm_call_plan(a: &mut Asm, j: &super::calltrack::InlineJump, at: i32, b: Bases) {
-    let call_plan = JUMP_OFF.call_plan;
+/// The end of every inline case (the state at `b.st`): the entered block notes how it ends
+/// (`JumpState::exit`): a call arms the call case for the next block (its cost centre's
+/// plan, read at `b.rec + at`), a plain `ret` the return case. Flag-free.
+fn note_exit(a: &mut Asm, j: &super::calltrack::InlineJump, at: i32, b: Bases) {
+    let exit = JUMP_OFF.exit;
     if j.ends_call {
         load(a, b.x, b.rec, at);
-        store(a, b.st, call_plan, b.x);
+        store(a, b.st, exit, b.x);
     } else {
-        store_imm(a, b.st, call_plan, 0);
+        let e = if j.ends_ret { EXIT_RET } else { EXIT_OTHER };
+        store_imm(a, b.st, exit, e as i32);
     }
 }
 
@@ -1548,19 +1548,15 @@ fn plan_checks(
         save_flags(a);
     }
     let st = j.state as *const super::calltrack::JumpState as i64;
-    let JumpOffsets {
-        call_plan,
-        base_neg,
-        ..
-    } = JUMP_OFF;
+    let JumpOffsets { exit, base_neg, .. } = JUMP_OFF;
     let p = PLAN_OFF;
     let target = if j.stub { p.stub } else { p.callee };
     dynasm!(a
         ; .arch x64
         ; mov rdx, QWORD st
-        ; mov rax, QWORD [rdx + call_plan]
-        ; test rax, rax
-        ; jz =>fail
+        ; mov rax, QWORD [rdx + exit]
+        ; cmp rax, EXIT_OTHER as i32
+        ; jbe =>fail
         ; mov rcx, QWORD j.bb as i64
         ; cmp rcx, QWORD [rax + target]
         ; jne =>fail
@@ -1721,7 +1717,6 @@ fn inline_stub(
         top,
         lcount,
         bbs,
-        prev_ret,
         nonskipped,
         ..
     } = JUMP_OFF;
@@ -1764,7 +1759,6 @@ fn inline_stub(
         // The stub, with its cost centre, is the last block; the plan stays armed.
         ; mov rcx, QWORD [rax + p.stub_count]
         ; mov QWORD [rdx + lcount], rcx
-        ; mov QWORD [rdx + prev_ret], 1
         ; mov QWORD [rdx + expect], -1
     );
     case_exits(a, (done, fail), (fail_here, fail_saved), flags_dead, true);
@@ -1965,7 +1959,6 @@ fn enter_block(
     let JumpOffsets {
         lcount,
         ir,
-        prev_ret,
         cur_miss,
         stat,
         ..
@@ -1984,8 +1977,7 @@ fn enter_block(
             }
         }
     }
-    store_imm(a, b.st, prev_ret, i32::from(!j.ends_ret));
-    arm_call_plan(a, j, plan, b);
+    note_exit(a, j, plan, b);
 }
 
 /// The common part of a data check's out-of-line part with `near_rows` (entered like

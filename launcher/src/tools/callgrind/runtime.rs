@@ -47,7 +47,7 @@
 //! Not done: signal-handler stack markers, `--separate-callers` beyond plain caller lists,
 //! the fake call site Callgrind invents on a call-stack underflow (the context is simply
 //! switched to the returned-to function).
-use dbt_core::tool::{CallPlan, InlineRec, JumpState, LlHitCount, RepKind};
+use dbt_core::tool::{CallPlan, InlineRec, JumpState, LlHitCount, RepKind, EXIT_OTHER, EXIT_RET};
 use std::cell::Cell;
 use std::collections::HashMap as StdHashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -2311,16 +2311,15 @@ impl Runtime {
             .expect
             .store(expect.unwrap_or(u64::MAX), Ordering::Relaxed);
         // The return case: armed for the top frame; taken only right after a block that
-        // ends in a plain `ret`.
-        let mut prev_ret = 1;
+        // ends in a plain `ret` (the call case is armed below).
+        let mut exit = EXIT_OTHER;
         if !f.last_bb.is_null() {
             // SAFETY: a leaked BlockInfo.
             let lbb = unsafe { &*f.last_bb };
             if lbb.plain_ret() {
-                prev_ret = 0;
+                exit = EXIT_RET;
             }
         }
-        js.prev_ret.store(prev_ret, Ordering::Relaxed);
         jump()
             .run_ir
             .store(core::ptr::addr_of!(t.run[R_IR]) as u64, Ordering::Relaxed);
@@ -2354,22 +2353,20 @@ impl Runtime {
             jump()
                 .fn_end
                 .store(fb.wrapping_add(t.fn_stack.capacity()) as u64, r);
-            let mut plan = 0;
             if !f.last_bb.is_null() {
                 // SAFETY: a leaked BlockInfo.
                 let lbb = unsafe { &*f.last_bb };
                 if let (Exit::Call, true, Some(b)) = (lbb.exit, lbb.rep.is_empty(), t.last_bbcc) {
                     if let Some(c) = self.bbccs.get(b as usize) {
-                        plan = &c.plan as *const CallPlan as u64;
+                        exit = &c.plan as *const CallPlan as u64;
                     }
                 }
             }
-            js.call_plan.store(plan, r);
         } else {
             js.ret_frame.store(EMPTY_FRAME.as_ptr() as u64, r);
             js.stack_base_neg.store(0, r);
-            js.call_plan.store(0, r);
         }
+        js.exit.store(exit, r);
     }
 
     /// Initialises the shadow stack's spare capacity (see [`Entry::SPARE`]) after it grew;
@@ -2391,7 +2388,7 @@ impl Runtime {
             .ret_frame
             .store(EMPTY_FRAME.as_ptr() as u64, Ordering::Relaxed);
         js.stack_base_neg.store(0, Ordering::Relaxed);
-        js.call_plan.store(0, Ordering::Relaxed);
+        js.exit.store(EXIT_OTHER, Ordering::Relaxed);
         js.nonskipped.store(u64::MAX, Ordering::Relaxed);
     }
 
@@ -3073,7 +3070,7 @@ mod tests {
         );
         assert_eq!(jump().stat[0].load(Ordering::Relaxed), 0);
         rt.inline_push(t);
-        assert_eq!(jump().prev_ret.load(Ordering::Relaxed), 1);
+        assert_eq!(jump().exit.load(Ordering::Relaxed), EXIT_OTHER);
         assert_eq!(
             jump().ret_frame.load(Ordering::Relaxed),
             EMPTY_FRAME.as_ptr() as u64
