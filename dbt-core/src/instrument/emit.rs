@@ -144,6 +144,15 @@ enum SlowKind {
     },
 }
 
+/// The registers of a data check (`Plan::data_regs`).
+#[derive(Clone, Copy)]
+struct DataRegs {
+    l: u8,
+    w: u8,
+    /// Whether rax / rcx are guest registers saved in `gs:[IS0]` / `gs:[IS1]`.
+    saved: [bool; 2],
+}
+
 /// Static facts about the instructions the plan needs at emission time.
 struct InsnFacts {
     addr: u64,
@@ -267,6 +276,8 @@ impl Plan {
         if self.is_empty() {
             return Ok(());
         }
+        // Whether the previous op left its registers and flags saved for this one.
+        let mut chained = false;
         for k in 0..self.ops.len() {
             match self.ops[k] {
                 Op::CountBlock(ctr) if i == self.count_at => {
@@ -286,7 +297,25 @@ impl Plan {
                     helper,
                     after_miss,
                 } if insn == i && !self.rep_loop(i) => {
-                    self.data(a, i, dref, cache, (helper, after_miss), self.live[i])?;
+                    let live = self.live[i];
+                    let regs = self.data_regs(i, live);
+                    let chain_out = match self.ops.get(k + 1) {
+                        Some(&Op::Data { insn, dref, .. }) if insn == i => {
+                            self.chains_after(i, dref, regs)
+                        }
+                        _ => false,
+                    };
+                    self.data(
+                        a,
+                        i,
+                        dref,
+                        cache,
+                        (helper, after_miss),
+                        live,
+                        (chained, chain_out),
+                    )?;
+                    chained = chain_out;
+                    continue;
                 }
                 Op::Call {
                     insn,
@@ -483,7 +512,15 @@ impl Plan {
             } = self.ops[k]
             {
                 if insn == i {
-                    self.data(a, i, dref, cache, (helper, after_miss), true)?;
+                    self.data(
+                        a,
+                        i,
+                        dref,
+                        cache,
+                        (helper, after_miss),
+                        true,
+                        (false, false),
+                    )?;
                 }
             }
         }
@@ -616,28 +653,13 @@ impl Plan {
         cache: MruCache,
         (helper, after_miss): (Helper, Option<AfterMiss>),
         live: bool,
+        (chained, chain_out): (bool, bool),
     ) -> Result<(), String> {
         let Some(acc) = self.facts[i].accesses.get(dref.access).copied() else {
             return Err(format!("no memory access #{} in instruction", dref.access));
         };
         let size = u64::from(dref.size.max(1));
-        // Two registers: `l` gets the line of the last byte, `w` the address and then the
-        // set row. Dead guest registers need no saving; otherwise rax (`gs:[IS0]`) and rcx
-        // (`gs:[IS1]`). With live flags `l` is rax (`lahf`).
-        let dead = if self.rep_loop(i) {
-            0
-        } else {
-            self.dead.get(i).copied().unwrap_or(0)
-        };
-        let first_dead = |avoid: u8| (0..16u8).find(|&r| dead & (1 << r) != 0 && r != avoid);
-        let l = if live {
-            RAX
-        } else {
-            first_dead(u8::MAX).unwrap_or(RAX)
-        };
-        let w = first_dead(l).unwrap_or(if l == RCX { RAX } else { RCX });
-        let saves = |r: u8| (r == l || r == w) && dead & (1 << r) == 0;
-        let saved = [saves(RAX), saves(RCX)];
+        let DataRegs { l, w, saved } = self.data_regs(i, live);
         let entry = a.new_dynamic_label();
         let back = a.new_dynamic_label();
         self.slow.push(Slow {
@@ -654,14 +676,14 @@ impl Plan {
                 line_row: near_rows(cache).then_some((l, w)),
             },
         });
-        if saved[0] {
+        if saved[0] && !chained {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
         }
-        if saved[1] {
+        if saved[1] && !chained {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
         }
         effective_address(a, &acc, dref.offset, gpr(w), gpr(l))?;
-        if live {
+        if live && !chained {
             save_flags(a);
         }
         let bits = cache.line_bits as i8;
@@ -708,6 +730,9 @@ impl Plan {
             );
         }
         dynasm!(a ; .arch x64 ; jne =>entry ; =>back);
+        if chain_out {
+            return Ok(());
+        }
         if live {
             restore_flags(a);
         }
@@ -718,6 +743,46 @@ impl Plan {
             dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
         }
         Ok(())
+    }
+
+    /// The registers the data checks of instruction `i` borrow: `l` gets the line of the
+    /// last byte, `w` the address and then the set row. Dead guest registers need no
+    /// saving; otherwise rax (`gs:[IS0]`) and rcx (`gs:[IS1]`), `saved`. With `live` flags
+    /// `l` is rax (`lahf`).
+    fn data_regs(&self, i: usize, live: bool) -> DataRegs {
+        let dead = if self.rep_loop(i) {
+            0
+        } else {
+            self.dead.get(i).copied().unwrap_or(0)
+        };
+        let first_dead = |avoid: u8| (0..16u8).find(|&r| dead & (1 << r) != 0 && r != avoid);
+        let l = if live {
+            RAX
+        } else {
+            first_dead(u8::MAX).unwrap_or(RAX)
+        };
+        let w = first_dead(l).unwrap_or(if l == RCX { RAX } else { RCX });
+        let saves = |r: u8| (r == l || r == w) && dead & (1 << r) == 0;
+        DataRegs {
+            l,
+            w,
+            saved: [saves(RAX), saves(RCX)],
+        }
+    }
+
+    /// Whether the data check of access `next` of instruction `i` may follow the one before
+    /// it without the guest registers and flags put back in between (python3's `call
+    /// *0x140(%rax)`: the load, then the push): its address must not use a register the
+    /// checks borrow (the first check left it holding its tag row).
+    fn chains_after(&self, i: usize, next: DataRef, regs: DataRegs) -> bool {
+        let Some(acc) = self.facts[i].accesses.get(next.access) else {
+            return false;
+        };
+        let borrowed = |r: Register| {
+            let r = r.full_register();
+            r == gpr(regs.l) || r == gpr(regs.w)
+        };
+        !acc.vsib && !borrowed(acc.base) && !borrowed(acc.index)
     }
 
     /// A label for an 8-byte constant in the pool after the block (read `rip`-relative).
