@@ -311,8 +311,7 @@ impl Plan {
                         dref,
                         cache,
                         (helper, after_miss),
-                        live,
-                        (chained, chain_out),
+                        (live, chained, chain_out),
                     )?;
                     chained = chain_out;
                     continue;
@@ -518,8 +517,7 @@ impl Plan {
                         dref,
                         cache,
                         (helper, after_miss),
-                        true,
-                        (false, false),
+                        (true, false, false),
                     )?;
                 }
             }
@@ -652,8 +650,9 @@ impl Plan {
         dref: DataRef,
         cache: MruCache,
         (helper, after_miss): (Helper, Option<AfterMiss>),
-        live: bool,
-        (chained, chain_out): (bool, bool),
+        // Live flags; entered with the registers and flags saved by the check before;
+        // leaves them saved for the next.
+        (live, chained, chain_out): (bool, bool, bool),
     ) -> Result<(), String> {
         let Some(acc) = self.facts[i].accesses.get(dref.access).copied() else {
             return Err(format!("no memory access #{} in instruction", dref.access));
