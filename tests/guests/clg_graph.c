@@ -29,15 +29,17 @@ __attribute__((noinline)) long chain3(long x) { return inc(x) + 1; }
 __attribute__((noinline)) long chain2(long x) { return chain3(x) + 1; }
 __attribute__((noinline)) long chain1(long x) { return chain2(x) + 1; }
 static const char *words[4] = {"a", "call", "graph", "callgrind"};
-/* With -O2 both are tail calls: a jump into inc, and a jump into strlen's PLT stub. */
+/* With -O2 these are tail calls: a jump into inc, and a jump into strlen's PLT stub;
+ * tail2 jumps into tail_inc (two tail calls' frames popped by inc's return with the call's). */
 __attribute__((noinline)) long tail_inc(long x) { return inc(x); }
 __attribute__((noinline)) size_t tail_len(const char *s) { return strlen(s); }
+__attribute__((noinline)) long tail2(long x) { return tail_inc(x ^ 1); }
 __attribute__((noinline)) long alternate(void) {
     long (*fs[2])(long) = {sq, inc};
     long s = 0;
     for (int i = 0; i < 1000; i++)
         s += fs[i & 1](i) + chain1(i) + (long)strlen(words[i & 3]) + tail_inc(i) +
-             (long)tail_len(words[(i + 1) & 3]);
+             (long)tail_len(words[(i + 1) & 3]) + tail2(i);
     return s;
 }
 

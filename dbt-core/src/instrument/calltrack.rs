@@ -376,7 +376,9 @@ pub struct InlineJump {
     pub ends_plain: bool,
     pub addr: u64,
     pub ends_ret: bool,
-    /// Ends in a call (no `rep`): the next block may take the call case.
+    /// Ends in a call (no `rep`) or a tail call (a `jmp` to a function's first byte): the
+    /// next block may take the call case (for a tail call, its tail form: a plan whose
+    /// `ret_addr` is 0).
     pub ends_call: bool,
     /// A function's entry block: its inline path is the call case (`CallPlan`) instead of
     /// the jump and return cases.

@@ -246,7 +246,7 @@ impl Plan {
         // A data check with the inline L1 lookup takes up to ~750 bytes (`data_scan`, then
         // `data_slow` for two lines: a block of 20 loads and 43 instructions is 16.4 KB).
         let data = count(|o| matches!(o, Op::Data { .. }));
-        640 * self.ops.len() as u64 + 384 * data + 1024 * inline + 64
+        640 * self.ops.len() as u64 + 384 * data + 1536 * inline + 64
     }
 
     fn is_empty(&self) -> bool {
@@ -1183,24 +1183,39 @@ fn inline_ret(
         ..
     } = JUMP_OFF;
     let fl = j.frame;
-    let fail_r = a.new_dynamic_label();
+    let (fail_r, tail, after_charge) = (
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+    );
+    // The frame at rax has this block's key and rsp is its sp + 8 (to `fail_r` if not).
+    let frame_fits = |a: &mut Asm| {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD rec
+            ; mov rcx, QWORD [rcx + negk]
+            ; add rcx, QWORD [rax + fl.key]
+            ; jnz =>fail_r
+            ; lea rcx, [rsp - 8]
+            ; cmp rcx, QWORD [rax + fl.sp]
+            ; jne =>fail_r
+        );
+    };
     // The previous block ended in a `ret` to the top frame's return address, rsp is the
-    // frame's sp + 8 and this block's key is the frame's.
+    // frame's sp + 8 and this block's key is the frame's. With lazy charging the top frames
+    // may be tail calls' (return address 0) above that frame: `tail`.
     dynasm!(a
         ; .arch x64
         ; cmp QWORD [rdx + exit], EXIT_RET as i32
         ; jne =>fail_r
         ; mov rax, QWORD [rdx + frame]
-        ; mov rcx, QWORD rec
-        ; mov rcx, QWORD [rcx + negk]
-        ; add rcx, QWORD [rax + fl.key]
-        ; jnz =>fail_r
+    );
+    frame_fits(a);
+    dynasm!(a
+        ; .arch x64
         ; mov rcx, QWORD j.addr as i64
         ; cmp rcx, QWORD [rax + fl.ret_addr]
-        ; jne =>fail_r
-        ; lea rcx, [rsp - 8]
-        ; cmp rcx, QWORD [rax + fl.sp]
-        ; jne =>fail_r
+        ; jne =>if j.eager.is_some() { fail_r } else { tail }
     );
     // The arc's inclusive cost += the running cost (with the inline deltas) - the cost at
     // entry: Ir, or with eager charging every word of the running cost, before this block
@@ -1236,6 +1251,7 @@ fn inline_ret(
         enter_inline(a, j, Bases::REGS);
         dynasm!(a
             ; .arch x64
+            ; =>after_charge
             ; mov rax, QWORD [rdx + frame]
             ; mov rcx, QWORD [rdx + run_ir]
             ; mov rcx, QWORD [rcx]
@@ -1283,11 +1299,91 @@ fn inline_ret(
         ; mov QWORD [rdx + frame], rax
     );
     restore_to(a, flags_dead, done);
+    if j.eager.is_none() {
+        inline_ret_tail(a, j, (tail, fail_r, after_charge), frame_fits);
+    }
     dynasm!(a ; .arch x64 ; =>fail_r);
     if !flags_dead {
         restore_flags(a);
     }
     dynasm!(a ; .arch x64 ; jmp =>fail);
+}
+
+/// The return case when the top frames are tail calls' (`inline_tail_call`: return address
+/// 0, the key of the frame below), reached with rax = the top frame (this block's key, rsp
+/// its sp + 8): the frames down to the first real call frame must fit too, and that one's
+/// return address must be this block. Then the previous block is charged, each tail frame
+/// popped (its arc's inclusive Ir, its callee's activation count) and the return case goes
+/// on at `after_charge` with the call frame on top; else to `fail_r`. Lazy charging only.
+fn inline_ret_tail(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    (tail, fail_r, after_charge): (DynamicLabel, DynamicLabel, DynamicLabel),
+    frame_fits: impl Fn(&mut Asm),
+) {
+    let JumpOffsets {
+        frame,
+        base_neg,
+        run_ir,
+        ir,
+        fn_active,
+        ..
+    } = JUMP_OFF;
+    let fl = j.frame;
+    let rec = j.rec as *const super::calltrack::InlineRec as i64;
+    let (walk, found, pop) = (
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+        a.new_dynamic_label(),
+    );
+    dynasm!(a
+        ; .arch x64
+        ; =>tail
+        ; cmp QWORD [rax + fl.ret_addr], 0
+        ; jne =>fail_r
+        ; =>walk
+        // The frame below, which must exist.
+        ; sub rax, fl.size
+        ; mov rcx, QWORD [rdx + base_neg]
+        ; add rcx, rax
+        ; js =>fail_r
+    );
+    frame_fits(a);
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD j.addr as i64
+        ; cmp rcx, QWORD [rax + fl.ret_addr]
+        ; je =>found
+        ; cmp QWORD [rax + fl.ret_addr], 0
+        ; jne =>fail_r
+        ; jmp =>walk
+        ; =>found
+        ; mov rax, QWORD rec
+    );
+    enter_inline(a, j, Bases::REGS);
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS3], rbx
+        ; mov rbx, QWORD [rdx + frame]
+        ; =>pop
+        ; mov rcx, QWORD [rdx + run_ir]
+        ; mov rcx, QWORD [rcx]
+        ; add rcx, QWORD [rdx + ir]
+        ; sub rcx, QWORD [rbx + fl.enter_ir]
+        ; mov rax, QWORD [rbx + fl.incl]
+        ; add QWORD [rax], rcx
+        ; mov ecx, DWORD [rbx + fl.to_fn]
+        ; shl rcx, 2
+        ; add rcx, QWORD [rdx + fn_active]
+        ; mov eax, DWORD [rbx + fl.active]
+        ; mov DWORD [rcx], eax
+        ; sub rbx, fl.size
+        ; cmp QWORD [rbx + fl.ret_addr], 0
+        ; je =>pop
+        ; mov QWORD [rdx + frame], rbx
+        ; gs mov rbx, QWORD [IS3]
+        ; jmp =>after_charge
+    );
 }
 
 /// The end of every inline case (the state at `b.st`): the entered block notes how it ends
@@ -1330,7 +1426,8 @@ fn inline_call(
     let p = PLAN_OFF;
     let fl = j.frame;
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
-    plan_checks(a, j, fail_here, flags_dead, at_start);
+    let (tail, entered) = (a.new_dynamic_label(), a.new_dynamic_label());
+    plan_checks(a, j, (fail_here, Some(tail)), flags_dead, at_start);
     dynasm!(a
         ; .arch x64
         // A direct call: nothing to unwind and the frame below stays (rsp + 8 <= top_sp).
@@ -1424,6 +1521,7 @@ fn inline_call(
         (p.callee_count, p.callee_miss, p.callee_plan),
         Bases::REGS,
     );
+    dynasm!(a ; .arch x64 ; =>entered);
     if j.ends_plain {
         dynasm!(a
             ; .arch x64
@@ -1433,12 +1531,125 @@ fn inline_call(
     } else {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
+    let exits = a.new_dynamic_label();
+    dynasm!(a ; .arch x64 ; jmp =>exits ; =>tail);
+    if j.eager.is_some() {
+        // The tool plans tail calls only with lazy charging.
+        dynasm!(a ; .arch x64 ; jmp =>fail_here);
+    } else {
+        inline_tail_call(a, j, (fail_here, fail_saved));
+        dynasm!(a ; .arch x64 ; jmp =>entered);
+    }
+    dynasm!(a ; .arch x64 ; =>exits);
     case_exits(
         a,
         (done, fail),
         (fail_here, fail_saved),
         flags_dead,
         at_start,
+    );
+}
+
+/// The call case's tail form (entered from `plan_checks` with rax = a plan whose return
+/// address is 0, rdx = the state): a `jmp` from the planning cost centre into this entry
+/// block, which Callgrind treats as a call whose frame takes the top frame's sp (nothing to
+/// unwind: rsp <= top_sp), with no return address. Its return plan is the top frame's: the
+/// return case pops it and goes on with the frame below (the `ret` pops both). Ends as the
+/// call case does before its `expect` (rbx and rsi saved, the callee entered), else to
+/// `fail_here` / `fail_saved`. Lazy charging only.
+fn inline_tail_call(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    (fail_here, fail_saved): (DynamicLabel, DynamicLabel),
+) {
+    let JumpOffsets {
+        top,
+        bbs,
+        frame,
+        fn_active,
+        fn_top,
+        fn_end,
+        nonskipped,
+        ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
+    let fl = j.frame;
+    dynasm!(a
+        ; .arch x64
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; jne =>fail_here
+        ; cmp rsp, QWORD [rdx + top]
+        ; ja =>fail_here
+        // The top frame returns into a known context (the empty frame's key is none).
+        ; mov rcx, QWORD [rdx + frame]
+        ; cmp QWORD [rcx + fl.key], -1
+        ; je =>fail_here
+        ; gs mov QWORD [IS3], rbx
+        ; gs mov QWORD [IS4], rsi
+        ; mov rbx, QWORD [rax + p.to_fn]
+        ; shl rbx, 2
+        ; add rbx, QWORD [rdx + fn_active]
+        ; mov ecx, DWORD [rbx]
+        ; sub ecx, DWORD [rax + p.lo]
+        ; cmp ecx, DWORD [rax + p.span]
+        ; ja =>fail_saved
+    );
+    frame_slot(a, j, fail_saved);
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rdx + fn_top]
+        ; cmp rcx, QWORD [rdx + fn_end]
+        ; jae =>fail_saved
+    );
+    charge_previous(a, Bases::REGS);
+    dynasm!(a
+        ; .arch x64
+        ; inc QWORD [rdx + bbs]
+        ; mov ecx, DWORD [rbx]
+        ; mov DWORD [rsi + fl.active], ecx
+        ; mov ecx, DWORD [rax + p.inc]
+        ; add DWORD [rbx], ecx
+        ; mov rcx, QWORD [rax + p.to_fn]
+        ; mov DWORD [rsi + fl.to_fn], ecx
+        ; mov rcx, QWORD [rax + p.arc_count]
+        ; inc QWORD [rcx]
+        ; mov rcx, QWORD [rax + p.arc]
+        ; mov DWORD [rsi + fl.arc], ecx
+        ; mov rcx, QWORD [rax + p.caller_cxt]
+        ; mov DWORD [rsi + fl.cxt], ecx
+        ; mov DWORD [rsi + fl.nonskipped], -1
+        ; mov rcx, QWORD [rdx + top]
+        ; mov QWORD [rsi + fl.sp], rcx
+        ; mov QWORD [rsi + fl.next_sp], rcx
+        ; mov QWORD [rsi + fl.ret_addr], 0
+        ; mov rcx, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rcx + fl.key]
+        ; mov QWORD [rsi + fl.key], rcx
+        ; mov rcx, QWORD [rax + p.arc_incl]
+        ; mov QWORD [rsi + fl.incl], rcx
+        ; mov rcx, QWORD [rax + p.drop]
+        ; mov QWORD [rsi + fl.drop], rcx
+    );
+    frame_top(a, j);
+    dynasm!(a
+        ; .arch x64
+        // The frame lies at the old top's sp, not at rsp.
+        ; mov rcx, QWORD [rsi + fl.sp]
+        ; mov QWORD [rdx + top], rcx
+        ; cmp QWORD [rax + p.push_fn], 0
+        ; je >pushed
+        ; mov rcx, QWORD [rdx + fn_top]
+        ; mov rbx, QWORD [rax + p.to_fn]
+        ; mov DWORD [rcx], ebx
+        ; add rcx, 4
+        ; mov QWORD [rdx + fn_top], rcx
+        ; pushed:
+    );
+    enter_block(
+        a,
+        j,
+        (p.callee_count, p.callee_miss, p.callee_plan),
+        Bases::REGS,
     );
 }
 
@@ -1592,11 +1803,11 @@ fn inc_at(a: &mut Asm, x: u8) {
 /// and the flags (unless dead), then the checks: rdx = the state, rax = the armed plan,
 /// which names this block (`callee`, or `stub` for the stub case) and whose return address
 /// is `[rsp]`, the running thread owns the state and the frame cases are armed. Else to
-/// `fail`.
+/// `fail`; a tail call's plan (return address 0) to `tail` (to `fail` without one).
 fn plan_checks(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
-    fail: DynamicLabel,
+    (fail, tail): (DynamicLabel, Option<DynamicLabel>),
     flags_dead: bool,
     at_start: bool,
 ) {
@@ -1624,11 +1835,13 @@ fn plan_checks(
         ; mov rcx, QWORD j.bb as i64
         ; cmp rcx, QWORD [rax + target]
         ; jne =>fail
-        ; mov rcx, QWORD [rax + p.ret_addr]
-        ; cmp rcx, QWORD [rsp]
-        ; jne =>fail
         ; cmp QWORD [rdx + base_neg], 0
         ; je =>fail
+        ; mov rcx, QWORD [rax + p.ret_addr]
+        ; test rcx, rcx
+        ; jz =>tail.unwrap_or(fail)
+        ; cmp rcx, QWORD [rsp]
+        ; jne =>fail
     );
 }
 
@@ -1787,7 +2000,7 @@ fn inline_stub(
     let p = PLAN_OFF;
     let fl = j.frame;
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
-    plan_checks(a, j, fail_here, flags_dead, true);
+    plan_checks(a, j, (fail_here, None), flags_dead, true);
     dynasm!(a
         ; .arch x64
         ; lea rcx, [rsp + 8]

@@ -475,6 +475,13 @@ impl Callgrind {
         let plt = loc.section == dumper::symbols::SectionKind::Plt;
         let sect = loc.section as u8;
         let is_entry = loc.function_start == Some(b.start);
+        // A direct `jmp` to a function's first byte (a tail call).
+        let tail_jump = b
+            .insns
+            .last()
+            .filter(|v| v.flow == FlowKind::Jump && v.rep == RepKind::None)
+            .map(|v| v.insn.near_branch_target())
+            .is_some_and(|t| t != b.end && sym.lookup_fast(t).function_start == Some(t));
         let n = self.objs.len() as u32;
         let obj = *self.objs.entry(obj_name).or_insert(n);
         let nf = self.fns.len() as u32;
@@ -552,6 +559,7 @@ impl Callgrind {
             alt_key: std::cell::Cell::new(u64::MAX),
             alt_bbcc: std::cell::Cell::new(u32::MAX),
             plain_exit: exit == Exit::Other && n_rep == 0,
+            tail_jump: tail_jump && exit == Exit::Other && n_rep == 0,
             jump,
             rep_cond: b
                 .insns
@@ -1075,7 +1083,7 @@ impl Tool for Callgrind {
                 ends_plain: bb.plain_exit,
                 addr: bb.addr,
                 ends_ret: bb.plain_ret(),
-                ends_call: bb.exit == Exit::Call && bb.rep.is_empty(),
+                ends_call: (bb.exit == Exit::Call && bb.rep.is_empty()) || bb.tail_jump,
                 entry: bb.is_entry,
                 call_case,
                 ret_case,

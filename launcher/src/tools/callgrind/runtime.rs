@@ -254,6 +254,9 @@ pub struct BlockInfo {
     pub alt_bbcc: Cell<u32>,
     /// `exit == Other` and no `rep` instruction: the next block may take the fast path.
     pub plain_exit: bool,
+    /// Ends plainly in a direct `jmp` to the first byte of a function (a tail call): like a
+    /// call, it arms its cost centre's plan for the inline tail-call case.
+    pub tail_jump: bool,
     /// `--collect-jumps`: the final exit's kind.
     pub jump: JumpExit,
     /// For each `rep` (same order as `rep`): whether it is `repe`/`repne`, whose counter pair's
@@ -1876,14 +1879,37 @@ impl Runtime {
             .jccs
             .get_mut(j as usize)
             .map_or(0, |jc| core::ptr::addr_of_mut!(jc.incl[R_IR]) as u64);
-        let plan = match ret_key {
-            Some(key) if incl != 0 => Plan {
+        // A tail call (no stub): the inline return pops this frame and goes on with the one
+        // below (`ret_addr` 0 marks it), so it returns into that frame's context: its key.
+        let tail_key = match (via_stub, n.checked_sub(1).and_then(|i| t.stack.get(i))) {
+            (false, Some(top))
+                if old_ns.is_none()
+                    && !self.eager
+                    && !fl.dump_after
+                    && ret_addr == 0
+                    && top.sp == frame_sp
+                    && top.plan_key != u64::MAX =>
+            {
+                Some(top.plan_key)
+            }
+            _ => None,
+        };
+        let plan = match (ret_key, tail_key) {
+            (Some(key), _) if incl != 0 => Plan {
                 key,
                 to_fn,
                 active: a_old,
                 incl,
                 next_sp: below.min(i64::MAX as u64),
                 drop: 2 * FRAME,
+            },
+            (None, Some(key)) if incl != 0 => Plan {
+                key,
+                to_fn,
+                active: a_old,
+                incl,
+                next_sp: frame_sp.min(i64::MAX as u64),
+                drop: FRAME,
             },
             _ => NO_PLAN,
         };
@@ -1913,20 +1939,36 @@ impl Runtime {
             let sink = core::ptr::addr_of_mut!(fc.skipped[R_IR]) as u64;
             let p = &fc.plan;
             let r = Ordering::Relaxed;
-            plan_call(
-                p,
-                bb,
-                ret_addr,
-                (to_fn, lo, hi, inc),
-                push_fn,
-                (j, arc_count, incl),
-                (plan_cxt(old_cxt), plan.key),
-                (bkey, callee_plan, 2 * FRAME),
-            );
-            p.sink.store(sink, r);
-            p.stub_count.store(stub_count, r);
-            p.from_bbcc.store(u64::from(from), r);
-            p.stub.store(lbb as *const BlockInfo as u64, r);
+            if via_stub {
+                plan_call(
+                    p,
+                    bb,
+                    ret_addr,
+                    (to_fn, lo, hi, inc),
+                    push_fn,
+                    (j, arc_count, incl),
+                    (plan_cxt(old_cxt), plan.key),
+                    (bkey, callee_plan, 2 * FRAME),
+                );
+                p.sink.store(sink, r);
+                p.stub_count.store(stub_count, r);
+                p.from_bbcc.store(u64::from(from), r);
+                p.stub.store(lbb as *const BlockInfo as u64, r);
+            } else if lbb.tail_jump && from == last {
+                // The tail-call case (`ret_addr` 0): the frame takes the top frame's sp and
+                // key at run time.
+                plan_call(
+                    p,
+                    bb,
+                    0,
+                    (to_fn, lo, hi, inc),
+                    push_fn,
+                    (j, arc_count, incl),
+                    (plan_cxt(old_cxt), u64::MAX),
+                    (bkey, callee_plan, FRAME),
+                );
+                p.stub.store(0, r);
+            }
         }
         true
     }
@@ -2356,7 +2398,8 @@ impl Runtime {
             if !f.last_bb.is_null() {
                 // SAFETY: a leaked BlockInfo.
                 let lbb = unsafe { &*f.last_bb };
-                if let (Exit::Call, true, Some(b)) = (lbb.exit, lbb.rep.is_empty(), t.last_bbcc) {
+                let call = (lbb.exit == Exit::Call && lbb.rep.is_empty()) || lbb.tail_jump;
+                if let (true, Some(b)) = (call, t.last_bbcc) {
                     if let Some(c) = self.bbccs.get(b as usize) {
                         exit = &c.plan as *const CallPlan as u64;
                     }
@@ -2969,6 +3012,7 @@ mod tests {
             },
             insn_addrs: (0..n).map(|i| addr + 2 * i).collect(),
             plain_exit: rep.is_empty(),
+            tail_jump: false,
             rep,
             last: Cell::new((u32::MAX, u32::MAX, u32::MAX)),
             fast_key: Cell::new(u64::MAX),
