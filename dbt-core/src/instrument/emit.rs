@@ -1342,8 +1342,8 @@ fn inline_ret_tail(
         ; cmp QWORD [rax + fl.ret_addr], 0
         ; jne =>fail_r
         ; =>walk
-        // The frame below, which must exist.
-        ; sub rax, fl.size
+        // The frame below (past a tail call's stub frame too), which must exist.
+        ; sub rax, QWORD [rax + fl.drop]
         ; mov rcx, QWORD [rdx + base_neg]
         ; add rcx, rax
         ; js =>fail_r
@@ -1377,7 +1377,7 @@ fn inline_ret_tail(
         ; add rcx, QWORD [rdx + fn_active]
         ; mov eax, DWORD [rbx + fl.active]
         ; mov DWORD [rcx], eax
-        ; sub rbx, fl.size
+        ; sub rbx, QWORD [rbx + fl.drop]
         ; cmp QWORD [rbx + fl.ret_addr], 0
         ; je =>pop
         ; mov QWORD [rdx + frame], rbx
@@ -1553,10 +1553,12 @@ fn inline_call(
 /// The call case's tail form (entered from `plan_checks` with rax = a plan whose return
 /// address is 0, rdx = the state): a `jmp` from the planning cost centre into this entry
 /// block, which Callgrind treats as a call whose frame takes the top frame's sp (nothing to
-/// unwind: rsp <= top_sp), with no return address. Its return plan is the top frame's: the
-/// return case pops it and goes on with the frame below (the `ret` pops both). Ends as the
-/// call case does before its `expect` (rbx and rsi saved, the callee entered), else to
-/// `fail_here` / `fail_saved`. Lazy charging only.
+/// unwind: rsp <= top_sp), with no return address; or, after a tail jump into a PLT stub
+/// (the stub case's tail form ran), the stub's jump into the library, whose frame lies on
+/// the stub's. Its return plan is the frame's below (below the stub's): the return case
+/// pops it (with the stub's: the plan's `drop`) and goes on with that frame (the `ret` pops
+/// them all). Ends as the call case does before its `expect` (rbx and rsi saved, the callee
+/// entered), else to `fail_here` / `fail_saved`. Lazy charging only.
 fn inline_tail_call(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
@@ -1566,6 +1568,7 @@ fn inline_tail_call(
         top,
         bbs,
         frame,
+        base_neg,
         fn_active,
         fn_top,
         fn_end,
@@ -1577,13 +1580,29 @@ fn inline_tail_call(
     dynasm!(a
         ; .arch x64
         ; cmp QWORD [rdx + nonskipped], -1
-        ; jne =>fail_here
+        ; jne >stub_tail
         ; cmp rsp, QWORD [rdx + top]
         ; ja =>fail_here
         // The top frame returns into a known context (the empty frame's key is none).
         ; mov rcx, QWORD [rdx + frame]
         ; cmp QWORD [rcx + fl.key], -1
         ; je =>fail_here
+        ; jmp >checked
+        // After a tail jump into a PLT stub (the stub case ran): the stub's frame (return
+        // address 0) on top at rsp, and the frame below it returns into a known context.
+        ; stub_tail:
+        ; cmp rsp, QWORD [rdx + top]
+        ; jne =>fail_here
+        ; mov rcx, QWORD [rdx + frame]
+        ; cmp QWORD [rcx + fl.ret_addr], 0
+        ; jne =>fail_here
+        ; sub rcx, fl.size
+        ; add rcx, QWORD [rdx + base_neg]
+        ; js =>fail_here
+        ; mov rcx, QWORD [rdx + frame]
+        ; cmp QWORD [rcx + fl.key - fl.size], -1
+        ; je =>fail_here
+        ; checked:
         ; gs mov QWORD [IS3], rbx
         ; gs mov QWORD [IS4], rsi
         ; mov rbx, QWORD [rax + p.to_fn]
@@ -1601,7 +1620,7 @@ fn inline_tail_call(
         ; cmp rcx, QWORD [rdx + fn_end]
         ; jae =>fail_saved
     );
-    charge_previous(a, Bases::REGS);
+    lazy_call_charge(a);
     dynasm!(a
         ; .arch x64
         ; inc QWORD [rdx + bbs]
@@ -1617,12 +1636,18 @@ fn inline_tail_call(
         ; mov DWORD [rsi + fl.arc], ecx
         ; mov rcx, QWORD [rax + p.caller_cxt]
         ; mov DWORD [rsi + fl.cxt], ecx
-        ; mov DWORD [rsi + fl.nonskipped], -1
+        ; mov rcx, QWORD [rdx + nonskipped]
+        ; mov DWORD [rsi + fl.nonskipped], ecx
         ; mov rcx, QWORD [rdx + top]
         ; mov QWORD [rsi + fl.sp], rcx
         ; mov QWORD [rsi + fl.next_sp], rcx
         ; mov QWORD [rsi + fl.ret_addr], 0
+        // The key of the frame it returns through (below the stub's frame, if any).
         ; mov rcx, QWORD [rdx + frame]
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; je >own
+        ; sub rcx, fl.size
+        ; own:
         ; mov rcx, QWORD [rcx + fl.key]
         ; mov QWORD [rsi + fl.key], rcx
         ; mov rcx, QWORD [rax + p.arc_incl]
@@ -1636,6 +1661,7 @@ fn inline_tail_call(
         // The frame lies at the old top's sp, not at rsp.
         ; mov rcx, QWORD [rsi + fl.sp]
         ; mov QWORD [rdx + top], rcx
+        ; mov QWORD [rdx + nonskipped], -1
         ; cmp QWORD [rax + p.push_fn], 0
         ; je >pushed
         ; mov rcx, QWORD [rdx + fn_top]
@@ -2000,37 +2026,56 @@ fn inline_stub(
     let p = PLAN_OFF;
     let fl = j.frame;
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
-    plan_checks(a, j, (fail_here, None), flags_dead, true);
+    let (tail, entered) = (a.new_dynamic_label(), a.new_dynamic_label());
+    plan_checks(a, j, (fail_here, Some(tail)), flags_dead, true);
+    // A call into the stub: its frame at rsp, the frame below stays (rsp + 8 <= top_sp). A
+    // tail call (`jmp` into the stub; lazy charging only, see `inline_tail_call`): at the
+    // top frame's sp (rsp <= top_sp), with no skipped function active, that frame
+    // returning into a known context.
     dynasm!(a
         ; .arch x64
         ; lea rcx, [rsp + 8]
         ; cmp rcx, QWORD [rdx + top]
         ; ja =>fail_here
-        ; gs mov QWORD [IS3], rbx
-        ; gs mov QWORD [IS4], rsi
     );
-    frame_slot(a, j, fail_saved);
-    // Commit: charge the caller's block, as the jump case does.
-    charge_previous(a, Bases::REGS);
+    let commit = |a: &mut Asm, tail: bool| {
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS3], rbx
+            ; gs mov QWORD [IS4], rsi
+        );
+        frame_slot(a, j, fail_saved);
+        // Commit: charge the caller's block, as the jump case does.
+        charge_previous(a, Bases::REGS);
+        dynasm!(a
+            ; .arch x64
+            ; inc QWORD [rdx + bbs]
+            // The stub's frame: no arc, no return plan (so the rest of the plan is never
+            // read, but its `next_sp`, which the call case passes on).
+            ; mov DWORD [rsi + fl.arc], -1
+            ; mov rcx, QWORD [rax + p.caller_cxt]
+            ; mov DWORD [rsi + fl.cxt], ecx
+            ; mov DWORD [rsi + fl.nonskipped], -1
+            ; mov rcx, QWORD [rax + p.ret_addr]
+            ; mov QWORD [rsi + fl.ret_addr], rcx
+            ; mov QWORD [rsi + fl.key], -1
+            ; mov rcx, QWORD [rdx + top]
+            ; mov QWORD [rsi + fl.next_sp], rcx
+        );
+        if tail {
+            dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.sp], rcx);
+        } else {
+            dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.sp], rsp);
+        }
+        frame_top(a, j);
+        if tail {
+            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rsi + fl.sp] ; mov QWORD [rdx + top], rcx);
+        }
+    };
+    commit(a, false);
     dynasm!(a
         ; .arch x64
-        ; inc QWORD [rdx + bbs]
-        // The stub's frame: no arc, no return plan (so the rest of the plan is never read,
-        // but its `next_sp`, which the call case passes on).
-        ; mov DWORD [rsi + fl.arc], -1
-        ; mov rcx, QWORD [rax + p.caller_cxt]
-        ; mov DWORD [rsi + fl.cxt], ecx
-        ; mov DWORD [rsi + fl.nonskipped], -1
-        ; mov QWORD [rsi + fl.sp], rsp
-        ; mov rcx, QWORD [rax + p.ret_addr]
-        ; mov QWORD [rsi + fl.ret_addr], rcx
-        ; mov QWORD [rsi + fl.key], -1
-        ; mov rcx, QWORD [rdx + top]
-        ; mov QWORD [rsi + fl.next_sp], rcx
-    );
-    frame_top(a, j);
-    dynasm!(a
-        ; .arch x64
+        ; =>entered
         ; mov rcx, QWORD [rax + p.from_bbcc]
         ; mov QWORD [rdx + nonskipped], rcx
         // The stub, with its cost centre, is the last block; the plan stays armed.
@@ -2038,6 +2083,26 @@ fn inline_stub(
         ; mov QWORD [rdx + lcount], rcx
         ; mov QWORD [rdx + expect], -1
     );
+    let exits = a.new_dynamic_label();
+    dynasm!(a ; .arch x64 ; jmp =>exits ; =>tail);
+    if j.eager.is_some() {
+        dynasm!(a ; .arch x64 ; jmp =>fail_here);
+    } else {
+        let JumpOffsets { frame, .. } = JUMP_OFF;
+        dynasm!(a
+            ; .arch x64
+            ; cmp QWORD [rdx + nonskipped], -1
+            ; jne =>fail_here
+            ; cmp rsp, QWORD [rdx + top]
+            ; ja =>fail_here
+            ; mov rcx, QWORD [rdx + frame]
+            ; cmp QWORD [rcx + fl.key], -1
+            ; je =>fail_here
+        );
+        commit(a, true);
+        dynasm!(a ; .arch x64 ; jmp =>entered);
+    }
+    dynasm!(a ; .arch x64 ; =>exits);
     case_exits(a, (done, fail), (fail_here, fail_saved), flags_dead, true);
 }
 

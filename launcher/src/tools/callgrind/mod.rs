@@ -475,13 +475,18 @@ impl Callgrind {
         let plt = loc.section == dumper::symbols::SectionKind::Plt;
         let sect = loc.section as u8;
         let is_entry = loc.function_start == Some(b.start);
-        // A direct `jmp` to a function's first byte (a tail call).
+        // A direct `jmp` to a function's first byte or into a PLT stub (a tail call).
         let tail_jump = b
             .insns
             .last()
             .filter(|v| v.flow == FlowKind::Jump && v.rep == RepKind::None)
             .map(|v| v.insn.near_branch_target())
-            .is_some_and(|t| t != b.end && sym.lookup_fast(t).function_start == Some(t));
+            .is_some_and(|t| {
+                let at = sym.lookup_fast(t);
+                t != b.end
+                    && (at.function_start == Some(t)
+                        || at.section == dumper::symbols::SectionKind::Plt)
+            });
         let n = self.objs.len() as u32;
         let obj = *self.objs.entry(obj_name).or_insert(n);
         let nf = self.fns.len() as u32;

@@ -1879,11 +1879,26 @@ impl Runtime {
             .jccs
             .get_mut(j as usize)
             .map_or(0, |jc| core::ptr::addr_of_mut!(jc.incl[R_IR]) as u64);
-        // A tail call (no stub): the inline return pops this frame and goes on with the one
-        // below (`ret_addr` 0 marks it), so it returns into that frame's context: its key.
-        let tail_key = match (via_stub, n.checked_sub(1).and_then(|i| t.stack.get(i))) {
+        // A tail call: the inline return pops this frame (`ret_addr` 0 marks it) and goes on
+        // with the one below, so it returns into that frame's context (its key). After a
+        // tail jump into a PLT stub, the stub's frame (no arc, `ret_addr` 0, at the same sp)
+        // is popped with it and the frame below that one gives the key.
+        let tail_stub = match (old_ns, n.checked_sub(1).and_then(|i| t.stack.get(i))) {
+            (Some(ns), Some(f1)) if ns == from && ret_addr == 0 && !fb.flags.pop_on_jump => {
+                f1.jcc.get().is_none()
+                    && f1.nonskipped.get().is_none()
+                    && f1.sp == frame_sp
+                    && f1.ret_addr == 0
+            }
+            _ => false,
+        };
+        let tail_below = if tail_stub { 2 } else { 1 };
+        let tail_key = match (
+            via_stub,
+            n.checked_sub(tail_below).and_then(|i| t.stack.get(i)),
+        ) {
             (false, Some(top))
-                if old_ns.is_none()
+                if (old_ns.is_none() || tail_stub)
                     && !self.eager
                     && !fl.dump_after
                     && ret_addr == 0
@@ -1909,7 +1924,7 @@ impl Runtime {
                 active: a_old,
                 incl,
                 next_sp: frame_sp.min(i64::MAX as u64),
-                drop: FRAME,
+                drop: tail_below as u64 * FRAME,
             },
             _ => NO_PLAN,
         };
@@ -1939,7 +1954,10 @@ impl Runtime {
             let sink = core::ptr::addr_of_mut!(fc.skipped[R_IR]) as u64;
             let p = &fc.plan;
             let r = Ordering::Relaxed;
-            if via_stub {
+            if via_stub || tail_stub {
+                // (A tail call's plan has `ret_addr` 0: the frame takes the key of the frame
+                // below the stub's at run time.)
+                let ret_key = if via_stub { plan.key } else { u64::MAX };
                 plan_call(
                     p,
                     bb,
@@ -1947,7 +1965,7 @@ impl Runtime {
                     (to_fn, lo, hi, inc),
                     push_fn,
                     (j, arc_count, incl),
-                    (plan_cxt(old_cxt), plan.key),
+                    (plan_cxt(old_cxt), ret_key),
                     (bkey, callee_plan, 2 * FRAME),
                 );
                 p.sink.store(sink, r);
