@@ -1415,11 +1415,7 @@ fn inline_call(
     let JumpOffsets {
         expect,
         top,
-        bbs,
         frame,
-        fn_active,
-        fn_top,
-        fn_end,
         nonskipped,
         ..
     } = JUMP_OFF;
@@ -1444,54 +1440,20 @@ fn inline_call(
         ; cmp rsp, QWORD [rdx + top]
         ; jne =>fail_here
         ; placed:
-        ; gs mov QWORD [IS3], rbx
-        ; gs mov QWORD [IS4], rsi
-        // The recursion level: the activation count in lo ..= lo + span.
-        ; mov rbx, QWORD [rax + p.to_fn]
-        ; shl rbx, 2
-        ; add rbx, QWORD [rdx + fn_active]
-        ; mov ecx, DWORD [rbx]
-        ; sub ecx, DWORD [rax + p.lo]
-        ; cmp ecx, DWORD [rax + p.span]
-        ; ja =>fail_saved
     );
-    frame_slot(a, j, fail_saved);
-    dynasm!(a
-        ; .arch x64
-        ; mov rcx, QWORD [rdx + fn_top]
-        ; cmp rcx, QWORD [rdx + fn_end]
-        ; jae =>fail_saved
-    );
+    call_frame_slot(a, j, fail_saved);
     if j.eager.is_none() {
         lazy_call_charge(a);
     }
+    // The frame (after a stub: at its sp, with its skipped state and next_sp).
+    call_frame_arc(a, j);
     dynasm!(a
         ; .arch x64
-        ; inc QWORD [rdx + bbs]
-        // The frame (after a stub: at its sp, with its skipped state and next_sp).
-        ; mov ecx, DWORD [rbx]
-        ; mov DWORD [rsi + fl.active], ecx
-        ; mov ecx, DWORD [rax + p.inc]
-        ; add DWORD [rbx], ecx
-        ; mov rcx, QWORD [rax + p.to_fn]
-        ; mov DWORD [rsi + fl.to_fn], ecx
-        ; mov rcx, QWORD [rax + p.arc_count]
-        ; inc QWORD [rcx]
-        ; mov rcx, QWORD [rax + p.arc]
-        ; mov DWORD [rsi + fl.arc], ecx
-        ; mov rcx, QWORD [rax + p.caller_cxt]
-        ; mov DWORD [rsi + fl.cxt], ecx
-        ; mov rcx, QWORD [rdx + nonskipped]
-        ; mov DWORD [rsi + fl.nonskipped], ecx
         ; mov QWORD [rsi + fl.sp], rsp
         ; mov rcx, QWORD [rax + p.ret_addr]
         ; mov QWORD [rsi + fl.ret_addr], rcx
         ; mov rcx, QWORD [rax + p.ret_key]
         ; mov QWORD [rsi + fl.key], rcx
-        ; mov rcx, QWORD [rax + p.arc_incl]
-        ; mov QWORD [rsi + fl.incl], rcx
-        ; mov rcx, QWORD [rax + p.drop]
-        ; mov QWORD [rsi + fl.drop], rcx
         ; mov rcx, QWORD [rdx + top]
         ; cmp QWORD [rdx + nonskipped], -1
         ; je >next_sp
@@ -1501,26 +1463,7 @@ fn inline_call(
         ; mov QWORD [rsi + fl.next_sp], rcx
     );
     frame_top(a, j);
-    dynasm!(a
-        ; .arch x64
-        ; mov QWORD [rdx + nonskipped], -1
-        // The callee's function on the function stack.
-        ; cmp QWORD [rax + p.push_fn], 0
-        ; je >pushed
-        ; mov rcx, QWORD [rdx + fn_top]
-        ; mov rbx, QWORD [rax + p.to_fn]
-        ; mov DWORD [rcx], ebx
-        ; add rcx, 4
-        ; mov QWORD [rdx + fn_top], rcx
-        ; pushed:
-    );
-    // This block, with the planned cost centre, is the last one.
-    enter_block(
-        a,
-        j,
-        (p.callee_count, p.callee_miss, p.callee_plan),
-        Bases::REGS,
-    );
+    call_frame_enter(a, j);
     dynasm!(a ; .arch x64 ; =>entered);
     if j.ends_plain {
         dynasm!(a
@@ -1566,16 +1509,11 @@ fn inline_tail_call(
 ) {
     let JumpOffsets {
         top,
-        bbs,
         frame,
         base_neg,
-        fn_active,
-        fn_top,
-        fn_end,
         nonskipped,
         ..
     } = JUMP_OFF;
-    let p = PLAN_OFF;
     let fl = j.frame;
     dynasm!(a
         ; .arch x64
@@ -1603,6 +1541,49 @@ fn inline_tail_call(
         ; cmp QWORD [rcx + fl.key - fl.size], -1
         ; je =>fail_here
         ; checked:
+    );
+    call_frame_slot(a, j, fail_saved);
+    lazy_call_charge(a);
+    call_frame_arc(a, j);
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rdx + top]
+        ; mov QWORD [rsi + fl.sp], rcx
+        ; mov QWORD [rsi + fl.next_sp], rcx
+        ; mov QWORD [rsi + fl.ret_addr], 0
+        // The key of the frame it returns through (below the stub's frame, if any).
+        ; mov rcx, QWORD [rdx + frame]
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; je >own
+        ; sub rcx, fl.size
+        ; own:
+        ; mov rcx, QWORD [rcx + fl.key]
+        ; mov QWORD [rsi + fl.key], rcx
+    );
+    frame_top(a, j);
+    dynasm!(a
+        ; .arch x64
+        // The frame lies at the old top's sp, not at rsp.
+        ; mov rcx, QWORD [rsi + fl.sp]
+        ; mov QWORD [rdx + top], rcx
+    );
+    call_frame_enter(a, j);
+}
+
+/// The call cases' checks before a frame is pushed (rax = the plan, rdx = the state; rbx
+/// and rsi are saved here): the callee's activation count (rbx then points at it) gives the
+/// planned recursion level (`lo ..= lo + span`), rsi = a free frame slot and the function
+/// stack has room. Else to `fail_saved`.
+fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: DynamicLabel) {
+    let JumpOffsets {
+        fn_active,
+        fn_top,
+        fn_end,
+        ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
+    dynasm!(a
+        ; .arch x64
         ; gs mov QWORD [IS3], rbx
         ; gs mov QWORD [IS4], rsi
         ; mov rbx, QWORD [rax + p.to_fn]
@@ -1620,7 +1601,18 @@ fn inline_tail_call(
         ; cmp rcx, QWORD [rdx + fn_end]
         ; jae =>fail_saved
     );
-    lazy_call_charge(a);
+}
+
+/// The frame's fields that come from the plan and the state alike in every call case (rsi =
+/// the frame, rbx = the callee's activation count): the block count, the activation count
+/// before (then the plan's increment), the arc (its count + 1), its inclusive Ir, the
+/// caller's context, the skipped state and the bytes its return pops.
+fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump) {
+    let JumpOffsets {
+        bbs, nonskipped, ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
+    let fl = j.frame;
     dynasm!(a
         ; .arch x64
         ; inc QWORD [rdx + bbs]
@@ -1638,29 +1630,23 @@ fn inline_tail_call(
         ; mov DWORD [rsi + fl.cxt], ecx
         ; mov rcx, QWORD [rdx + nonskipped]
         ; mov DWORD [rsi + fl.nonskipped], ecx
-        ; mov rcx, QWORD [rdx + top]
-        ; mov QWORD [rsi + fl.sp], rcx
-        ; mov QWORD [rsi + fl.next_sp], rcx
-        ; mov QWORD [rsi + fl.ret_addr], 0
-        // The key of the frame it returns through (below the stub's frame, if any).
-        ; mov rcx, QWORD [rdx + frame]
-        ; cmp QWORD [rdx + nonskipped], -1
-        ; je >own
-        ; sub rcx, fl.size
-        ; own:
-        ; mov rcx, QWORD [rcx + fl.key]
-        ; mov QWORD [rsi + fl.key], rcx
         ; mov rcx, QWORD [rax + p.arc_incl]
         ; mov QWORD [rsi + fl.incl], rcx
         ; mov rcx, QWORD [rax + p.drop]
         ; mov QWORD [rsi + fl.drop], rcx
     );
-    frame_top(a, j);
+}
+
+/// After a call case pushed its frame (`frame_top`): the skipped state ends, the callee's
+/// function goes on the function stack (when the plan says so) and this block, with the
+/// planned cost centre, is the last one.
+fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump) {
+    let JumpOffsets {
+        fn_top, nonskipped, ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
     dynasm!(a
         ; .arch x64
-        // The frame lies at the old top's sp, not at rsp.
-        ; mov rcx, QWORD [rsi + fl.sp]
-        ; mov QWORD [rdx + top], rcx
         ; mov QWORD [rdx + nonskipped], -1
         ; cmp QWORD [rax + p.push_fn], 0
         ; je >pushed
