@@ -171,6 +171,9 @@ pub struct JumpState {
     /// array (`*mut u64`; 0: nowhere). The inline path stores the entered block's
     /// `InlineRec::miss` here with `InlineJump::eager`.
     pub cur_miss: AtomicU64,
+    /// Words between the miss slots of consecutive instructions there: the tool's miss
+    /// slots per instruction, 0 for a skipped function's sink (the stub case sets it).
+    pub cur_stride: AtomicU64,
     /// Eager charging (`InlineJump::eager`): the entered blocks' further static costs, added
     /// here like `ir` (the tool folds them back).
     pub stat: [AtomicU64; 4],
@@ -197,6 +200,7 @@ impl JumpState {
             stack_moved: AtomicU64::new(0),
             nonskipped: AtomicU64::new(u64::MAX),
             cur_miss: AtomicU64::new(0),
+            cur_stride: AtomicU64::new(0),
             stat: [const { AtomicU64::new(0) }; 4],
         }
     }

@@ -848,6 +848,10 @@ impl Plan {
     }
 }
 
+/// The words of the tool's running cost before its miss slots (`InlineJump::cost_words`):
+/// Ir and the four static events of `InlineJump::eager`.
+const N_STATIC_WORDS: i32 = 5;
+
 /// Byte offsets of the `JumpState` and `InlineRec` fields the inline jump and return paths
 /// read and write (`calltrack`'s layout contract).
 #[derive(Clone, Copy)]
@@ -862,6 +866,7 @@ struct JumpOffsets {
     base_neg: i32,
     run_ir: i32,
     cur_miss: i32,
+    cur_stride: i32,
     stat: i32,
     fn_active: i32,
     fn_base: i32,
@@ -944,6 +949,7 @@ const JUMP_OFF: JumpOffsets = {
         base_neg: offset_of!(S, stack_base_neg) as i32,
         run_ir: offset_of!(S, run_ir) as i32,
         cur_miss: offset_of!(S, cur_miss) as i32,
+        cur_stride: offset_of!(S, cur_stride) as i32,
         stat: offset_of!(S, stat) as i32,
         fn_active: offset_of!(S, fn_active) as i32,
         fn_base: offset_of!(S, fn_base) as i32,
@@ -1464,6 +1470,12 @@ fn inline_call(
     );
     frame_top(a, j);
     call_frame_enter(a, j);
+    if j.eager.is_some() {
+        // The miss helpers count into the callee's array again (after the stub case's sink).
+        let cur_stride = JUMP_OFF.cur_stride;
+        let slots = j.cost_words as i32 - N_STATIC_WORDS;
+        dynasm!(a ; .arch x64 ; mov QWORD [rdx + cur_stride], slots);
+    }
     dynasm!(a ; .arch x64 ; =>entered);
     if j.ends_plain {
         dynasm!(a
@@ -2031,8 +2043,11 @@ fn inline_stub(
             ; gs mov QWORD [IS4], rsi
         );
         frame_slot(a, j, fail_saved);
-        // Commit: charge the caller's block, as the jump case does.
-        charge_previous(a, Bases::REGS);
+        // Commit: charge the caller's block, as the jump case does (with eager charging it
+        // was charged when it started).
+        if j.eager.is_none() {
+            charge_previous(a, Bases::REGS);
+        }
         dynasm!(a
             ; .arch x64
             ; inc QWORD [rdx + bbs]
@@ -2056,6 +2071,9 @@ fn inline_stub(
         frame_top(a, j);
         if tail {
             dynasm!(a ; .arch x64 ; mov rcx, QWORD [rsi + fl.sp] ; mov QWORD [rdx + top], rcx);
+        }
+        if let Some(more) = j.eager {
+            stub_eager_charge(a, j, more);
         }
     };
     commit(a, false);
@@ -2090,6 +2108,46 @@ fn inline_stub(
     }
     dynasm!(a ; .arch x64 ; =>exits);
     case_exits(a, (done, fail), (fail_here, fail_saved), flags_dead, true);
+}
+
+/// Eager charging (`--cache-sim=yes`): the stub case charges the stub, after its frame took
+/// the running cost, to the running cost and to the caller's skipped-cost sink (rax = the
+/// plan, whose `sink` is the sink's Ir word, the other static events after it, then the
+/// miss slots), and points the miss helpers at the sink with stride 0 (as `setup` does in a
+/// skipped function; the call case that follows sets the stride back).
+fn stub_eager_charge(a: &mut Asm, j: &super::calltrack::InlineJump, more: [u32; 4]) {
+    let JumpOffsets {
+        ir,
+        stat,
+        cur_miss,
+        cur_stride,
+        ..
+    } = JUMP_OFF;
+    let p = PLAN_OFF;
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rax + p.sink]
+        ; add QWORD [rcx], j.ir as i32
+        ; add QWORD [rdx + ir], j.ir as i32
+    );
+    for (k, &n) in more.iter().enumerate() {
+        if n != 0 {
+            let k = k as i32;
+            dynasm!(a
+                ; .arch x64
+                ; add QWORD [rcx + 8 * (k + 1)], n as i32
+                ; add QWORD [rdx + stat + 8 * k], n as i32
+            );
+        }
+    }
+    // The sink's miss slots follow its static events (Ir and the four in `more`).
+    let misses = 8 * (1 + more.len() as i32);
+    dynasm!(a
+        ; .arch x64
+        ; add rcx, misses
+        ; mov QWORD [rdx + cur_miss], rcx
+        ; mov QWORD [rdx + cur_stride], 0
+    );
 }
 
 /// Emits one out-of-line path: `s.entry`, then the code of its kind, which ends by jumping

@@ -67,7 +67,7 @@ static RT: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
 static BP: AtomicPtr<BranchPredictor> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Miss slots (see [`runtime::CUR_STRIDE`]); an LL miss slot is its L1 slot + 3.
+/// Miss slots (see [`runtime::cur_stride`]); an LL miss slot is its L1 slot + 3.
 const SLOT_I1MR: u64 = 0;
 const SLOT_D1MR: u64 = 1;
 const SLOT_D1MW: u64 = 2;
@@ -1042,9 +1042,7 @@ impl Tool for Callgrind {
         let jumps = u64::from(self.opts.collect_jumps);
         // SAFETY: a leaked BlockInfo, never freed.
         let bb: &'static BlockInfo = unsafe { &*info };
-        let (inline, eager) = self
-            .runtime()
-            .map_or((false, false), |rt| (rt.inline_jumps, rt.eager));
+        let inline = self.runtime().is_some_and(|rt| rt.inline_jumps);
         // The call case (`CallPlan`) where a fast-path call into the block could be made: no
         // trigger, toggle or skipped function. A function's entry block takes only
         // that case; other blocks (calls into functions without symbols) try it after the
@@ -1052,11 +1050,8 @@ impl Tool for Callgrind {
         let fl = &bb.flags;
         let call_case =
             !(fl.skip || fl.dump_before || fl.zero_before || fl.toggle_collect || fl.dump_after);
-        // A skipped function's first block (a PLT stub's) takes the stub case instead (Ir
-        // only).
-        let stub = !eager
-            && fl.skip
-            && (bb.is_entry || bb.sect == dumper::symbols::SectionKind::Plt as u8);
+        // A skipped function's first block (a PLT stub's) takes the stub case instead.
+        let stub = fl.skip && (bb.is_entry || bb.sect == dumper::symbols::SectionKind::Plt as u8);
         if inline && (!bb.is_entry || call_case || stub) {
             // Outside entry blocks the call case is for functions without symbols (a call
             // into a named function starts at its entry); elsewhere it would only be code.

@@ -17,7 +17,7 @@
 //! * Hits cost nothing at run time: Ir, Dr, Dw, Bc and Bi of a cost centre follow from its
 //!   execution count and what each instruction statically does ([`InsnStat`]); only misses
 //!   and mispredicts are counted by the simulator helpers, into the current cost centre's
-//!   per-instruction array ([`Bbcc::miss`], found through `jump().cur_miss`, see [`CUR_STRIDE`]) and into the thread's
+//!   per-instruction array ([`Bbcc::miss`], found through `jump().cur_miss`, see [`cur_stride`]) and into the thread's
 //!   running cost ([`ThreadState::run`], through [`CUR_THREAD`]).
 //! * Contexts, cost centres and arcs are numbered in creation order (Callgrind's ids follow).
 //! * [`Runtime::setup_fast`] is an exact shortcut of [`Runtime::setup`] for the common case
@@ -67,21 +67,28 @@ pub const R_MISS: usize = 5;
 pub const N_STATIC: usize = 5;
 
 /// Where the simulator helpers add a miss of instruction `i`, slot `s` (encoded in their
-/// first argument as `i << 8 | s`): `base + i * CUR_STRIDE + s`, where `base` is
+/// first argument as `i << 8 | s`): `base + i * stride + s`, where `base` is
 /// `jump().cur_miss` (the current cost centre's [`Bbcc::miss`], or a skipped-function sink
-/// with stride 0; null: not collecting; see [`set_cur_miss`]), and `CUR_THREAD + s` (the
-/// running thread's [`ThreadState::run`] from [`R_MISS`]). Written by `setup` and the inline
-/// jump path (guest threads run one at a time), read by the helpers.
-pub static CUR_STRIDE: AtomicU64 = AtomicU64::new(0);
+/// with stride 0; null: not collecting; see [`set_cur_miss`]) and `stride` is
+/// `jump().cur_stride` ([`cur_stride`]), and `CUR_THREAD + s` (the running thread's
+/// [`ThreadState::run`] from [`R_MISS`]). Written by `setup` and the inline paths (guest
+/// threads run one at a time), read by the helpers.
 pub static CUR_THREAD: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Points the simulator helpers at miss array `base` (see [`CUR_STRIDE`]).
+/// The miss slots between consecutive instructions of the current miss array (see
+/// [`CUR_THREAD`]): in the inline state, which the stub case sets too.
+#[inline(always)]
+pub fn cur_stride() -> &'static AtomicU64 {
+    &jump().cur_stride
+}
+
+/// Points the simulator helpers at miss array `base` (see [`CUR_THREAD`]).
 #[inline(always)]
 fn set_cur_miss(base: *mut u64) {
     jump().cur_miss.store(base as u64, Ordering::Relaxed);
 }
 
-/// Adds one to miss slot `slot` of instruction `idx` (see [`CUR_STRIDE`]), and to slot
+/// Adds one to miss slot `slot` of instruction `idx` (see [`CUR_THREAD`]), and to slot
 /// `slot + 3` too when `ll` (the LL miss that follows an L1 miss). Integer-only.
 #[inline(always)]
 pub fn add_miss(arg: u64, ll: bool) {
@@ -90,7 +97,7 @@ pub fn add_miss(arg: u64, ll: bool) {
         return;
     }
     let (idx, slot) = (arg >> 8, (arg & 0xff) as usize);
-    let off = (idx.wrapping_mul(CUR_STRIDE.load(Ordering::Relaxed)) as usize).wrapping_add(slot);
+    let off = (idx.wrapping_mul(cur_stride().load(Ordering::Relaxed)) as usize).wrapping_add(slot);
     let th = CUR_THREAD.load(Ordering::Relaxed);
     // SAFETY: `jump().cur_miss`/`CUR_THREAD` point into a boxed cost centre's miss array (which has
     // `n_insns * stride` slots, `idx < n_insns`, `slot (+3) < stride`) or a skipped-cost sink
@@ -111,7 +118,7 @@ pub fn add_miss(arg: u64, ll: bool) {
 pub fn ll_hit_count(index: usize, slot: u64) -> LlHitCount {
     LlHitCount::CostCentre {
         base: &jump().cur_miss as *const AtomicU64 as u64,
-        stride: &CUR_STRIDE as *const AtomicU64 as u64,
+        stride: cur_stride() as *const AtomicU64 as u64,
         total: &CUR_THREAD as *const AtomicPtr<u64> as u64,
         index: index as u32,
         slot: slot as u32,
@@ -1055,7 +1062,7 @@ impl Runtime {
     }
 
     /// Points the simulator helpers at the thread's current cost centre (or the skipped
-    /// sink, or nowhere when not collecting). See [`CUR_STRIDE`].
+    /// sink, or nowhere when not collecting). See [`cur_stride`].
     fn set_cur(&mut self, t: &mut ThreadState) {
         if self.miss_slots == 0 {
             return;
@@ -1068,7 +1075,7 @@ impl Runtime {
             (true, None, None) => (core::ptr::null_mut(), 0),
         };
         set_cur_miss(base);
-        CUR_STRIDE.store(stride as u64, Ordering::Relaxed);
+        cur_stride().store(stride as u64, Ordering::Relaxed);
     }
 
     /// Charges one execution of `bb` to the running cost and to `count` (fast path: no
@@ -1323,7 +1330,7 @@ impl Runtime {
                 core::ptr::null_mut()
             };
             set_cur_miss(base);
-            CUR_STRIDE.store(self.miss_slots as u64, Ordering::Relaxed);
+            cur_stride().store(self.miss_slots as u64, Ordering::Relaxed);
         }
     }
 
@@ -1733,7 +1740,7 @@ impl Runtime {
                     core::ptr::null_mut()
                 };
                 set_cur_miss(base);
-                CUR_STRIDE.store(0, Ordering::Relaxed);
+                cur_stride().store(0, Ordering::Relaxed);
             }
         }
     }
@@ -1936,7 +1943,12 @@ impl Runtime {
         t.nonskipped = None;
         t.cxt = Some(new_cxt);
         self.enter_fast(t, bb, frame_sp);
-        if plan.key != u64::MAX && self.inline_jumps && !self.eager && push_fn == (from_fn != to_fn)
+        // (With eager charging only the stub's jump: the stub case charges the stub to the
+        // caller's sink and points the miss helpers there, the call case back at the callee.)
+        if plan.key != u64::MAX
+            && self.inline_jumps
+            && (!self.eager || via_stub)
+            && push_fn == (from_fn != to_fn)
         {
             let inc = a_new.wrapping_sub(a_old);
             let (lo, hi) = level_range(recs, idx, inc);
@@ -1944,9 +1956,10 @@ impl Runtime {
             else {
                 return true;
             };
-            let (callee_plan, arc_count) = (
+            let (callee_plan, arc_count, callee_miss) = (
                 &tc.plan as *const CallPlan as u64,
                 &jc.count as *const u64 as u64,
+                Self::miss_ptr(tc) as u64,
             );
             let Some(fc) = self.bbccs.get_mut(from as usize) else {
                 return true;
@@ -1972,6 +1985,7 @@ impl Runtime {
                 p.stub_count.store(stub_count, r);
                 p.from_bbcc.store(u64::from(from), r);
                 p.stub.store(lbb as *const BlockInfo as u64, r);
+                p.callee_miss.store(callee_miss, r);
             } else if lbb.tail_jump && from == last {
                 // The tail-call case (`ret_addr` 0): the frame takes the top frame's sp and
                 // key at run time.
