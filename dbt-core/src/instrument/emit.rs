@@ -1208,8 +1208,8 @@ fn inline_ret(
         );
     };
     // The previous block ended in a `ret` to the top frame's return address, rsp is the
-    // frame's sp + 8 and this block's key is the frame's. With lazy charging the top frames
-    // may be tail calls' (return address 0) above that frame: `tail`.
+    // frame's sp + 8 and this block's key is the frame's. The top frames may be tail calls'
+    // (return address 0) above that frame: `tail`.
     dynasm!(a
         ; .arch x64
         ; cmp QWORD [rdx + exit], EXIT_RET as i32
@@ -1221,14 +1221,16 @@ fn inline_ret(
         ; .arch x64
         ; mov rcx, QWORD j.addr as i64
         ; cmp rcx, QWORD [rax + fl.ret_addr]
-        ; jne =>if j.eager.is_some() { fail_r } else { tail }
+        ; jne =>tail
     );
     // The arc's inclusive cost += the running cost (with the inline deltas) - the cost at
     // entry: Ir, or with eager charging every word of the running cost, before this block
-    // is charged; lazily the previous block (the callee's last) is charged first.
+    // is charged (rax = the frame); lazily the previous block (the callee's last) is charged
+    // first.
     if j.eager.is_some() {
         dynasm!(a
             ; .arch x64
+            ; =>after_charge
             ; gs mov QWORD [IS3], rbx
             ; gs mov QWORD [IS4], rsi
             ; mov rbx, QWORD [rdx + run_ir]
@@ -1305,9 +1307,7 @@ fn inline_ret(
         ; mov QWORD [rdx + frame], rax
     );
     restore_to(a, flags_dead, done);
-    if j.eager.is_none() {
-        inline_ret_tail(a, j, (tail, fail_r, after_charge), frame_fits);
-    }
+    inline_ret_tail(a, j, (tail, fail_r, after_charge), frame_fits);
     dynasm!(a ; .arch x64 ; =>fail_r);
     if !flags_dead {
         restore_flags(a);
@@ -1318,9 +1318,10 @@ fn inline_ret(
 /// The return case when the top frames are tail calls' (`inline_tail_call`: return address
 /// 0, the key of the frame below), reached with rax = the top frame (this block's key, rsp
 /// its sp + 8): the frames down to the first real call frame must fit too, and that one's
-/// return address must be this block. Then the previous block is charged, each tail frame
-/// popped (its arc's inclusive Ir, its callee's activation count) and the return case goes
-/// on at `after_charge` with the call frame on top; else to `fail_r`. Lazy charging only.
+/// return address must be this block. Then (lazily) the previous block is charged, each tail
+/// frame popped (its arc's inclusive cost, its callee's activation count) and the return
+/// case goes on at `after_charge` with the call frame on top (and in rax); else to
+/// `fail_r`.
 fn inline_ret_tail(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
@@ -1364,8 +1365,48 @@ fn inline_ret_tail(
         ; jne =>fail_r
         ; jmp =>walk
         ; =>found
-        ; mov rax, QWORD rec
     );
+    if j.eager.is_some() {
+        // Every word of the running cost, before this block is charged (at `after_charge`).
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS3], rbx
+            ; gs mov QWORD [IS4], rsi
+            ; mov rbx, QWORD [rdx + frame]
+            ; =>pop
+            ; mov rsi, QWORD [rbx + fl.incl]
+            ; mov rax, QWORD [rdx + run_ir]
+        );
+        for k in 0..j.cost_words as i32 {
+            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rax + 8 * k]);
+            if let Some(d) = cost_delta(k) {
+                dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
+            }
+            dynasm!(a
+                ; .arch x64
+                ; sub rcx, QWORD [rbx + fl.enter_ir + 8 * k]
+                ; add QWORD [rsi + 8 * k], rcx
+            );
+        }
+        dynasm!(a
+            ; .arch x64
+            ; mov ecx, DWORD [rbx + fl.to_fn]
+            ; shl rcx, 2
+            ; add rcx, QWORD [rdx + fn_active]
+            ; mov esi, DWORD [rbx + fl.active]
+            ; mov DWORD [rcx], esi
+            ; sub rbx, QWORD [rbx + fl.drop]
+            ; cmp QWORD [rbx + fl.ret_addr], 0
+            ; je =>pop
+            ; mov QWORD [rdx + frame], rbx
+            ; mov rax, rbx
+            ; gs mov rsi, QWORD [IS4]
+            ; gs mov rbx, QWORD [IS3]
+            ; jmp =>after_charge
+        );
+        return;
+    }
+    dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
     enter_inline(a, j, Bases::REGS);
     dynasm!(a
         ; .arch x64
@@ -1470,12 +1511,6 @@ fn inline_call(
     );
     frame_top(a, j);
     call_frame_enter(a, j);
-    if j.eager.is_some() {
-        // The miss helpers count into the callee's array again (after the stub case's sink).
-        let cur_stride = JUMP_OFF.cur_stride;
-        let slots = j.cost_words as i32 - N_STATIC_WORDS;
-        dynasm!(a ; .arch x64 ; mov QWORD [rdx + cur_stride], slots);
-    }
     dynasm!(a ; .arch x64 ; =>entered);
     if j.ends_plain {
         dynasm!(a
@@ -1488,14 +1523,8 @@ fn inline_call(
     }
     let exits = a.new_dynamic_label();
     dynasm!(a ; .arch x64 ; jmp =>exits ; =>tail);
-    if j.eager.is_some() {
-        // The tool plans tail calls only with lazy charging.
-        dynasm!(a ; .arch x64 ; jmp =>fail_here);
-    } else {
-        inline_tail_call(a, j, (fail_here, fail_saved));
-        dynasm!(a ; .arch x64 ; jmp =>entered);
-    }
-    dynasm!(a ; .arch x64 ; =>exits);
+    inline_tail_call(a, j, (fail_here, fail_saved));
+    dynasm!(a ; .arch x64 ; jmp =>entered ; =>exits);
     case_exits(
         a,
         (done, fail),
@@ -1513,7 +1542,7 @@ fn inline_call(
 /// the stub's. Its return plan is the frame's below (below the stub's): the return case
 /// pops it (with the stub's: the plan's `drop`) and goes on with that frame (the `ret` pops
 /// them all). Ends as the call case does before its `expect` (rbx and rsi saved, the callee
-/// entered), else to `fail_here` / `fail_saved`. Lazy charging only.
+/// entered), else to `fail_here` / `fail_saved`.
 fn inline_tail_call(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
@@ -1555,7 +1584,9 @@ fn inline_tail_call(
         ; checked:
     );
     call_frame_slot(a, j, fail_saved);
-    lazy_call_charge(a);
+    if j.eager.is_none() {
+        lazy_call_charge(a);
+    }
     call_frame_arc(a, j);
     dynasm!(a
         ; .arch x64
@@ -1675,6 +1706,12 @@ fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump) {
         (p.callee_count, p.callee_miss, p.callee_plan),
         Bases::REGS,
     );
+    if j.eager.is_some() {
+        // The miss helpers count into the callee's array again (after the stub case's sink).
+        let cur_stride = JUMP_OFF.cur_stride;
+        let slots = j.cost_words as i32 - N_STATIC_WORDS;
+        dynasm!(a ; .arch x64 ; mov QWORD [rdx + cur_stride], slots);
+    }
 }
 
 /// The call case's charge of the previous block (lazy charging; rax = the plan, rbx = the
@@ -2027,7 +2064,7 @@ fn inline_stub(
     let (tail, entered) = (a.new_dynamic_label(), a.new_dynamic_label());
     plan_checks(a, j, (fail_here, Some(tail)), flags_dead, true);
     // A call into the stub: its frame at rsp, the frame below stays (rsp + 8 <= top_sp). A
-    // tail call (`jmp` into the stub; lazy charging only, see `inline_tail_call`): at the
+    // tail call (`jmp` into the stub, see `inline_tail_call`): at the
     // top frame's sp (rsp <= top_sp), with no skipped function active, that frame
     // returning into a known context.
     dynasm!(a
@@ -2089,24 +2126,19 @@ fn inline_stub(
     );
     let exits = a.new_dynamic_label();
     dynasm!(a ; .arch x64 ; jmp =>exits ; =>tail);
-    if j.eager.is_some() {
-        dynasm!(a ; .arch x64 ; jmp =>fail_here);
-    } else {
-        let JumpOffsets { frame, .. } = JUMP_OFF;
-        dynasm!(a
-            ; .arch x64
-            ; cmp QWORD [rdx + nonskipped], -1
-            ; jne =>fail_here
-            ; cmp rsp, QWORD [rdx + top]
-            ; ja =>fail_here
-            ; mov rcx, QWORD [rdx + frame]
-            ; cmp QWORD [rcx + fl.key], -1
-            ; je =>fail_here
-        );
-        commit(a, true);
-        dynasm!(a ; .arch x64 ; jmp =>entered);
-    }
-    dynasm!(a ; .arch x64 ; =>exits);
+    let JumpOffsets { frame, .. } = JUMP_OFF;
+    dynasm!(a
+        ; .arch x64
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; jne =>fail_here
+        ; cmp rsp, QWORD [rdx + top]
+        ; ja =>fail_here
+        ; mov rcx, QWORD [rdx + frame]
+        ; cmp QWORD [rcx + fl.key], -1
+        ; je =>fail_here
+    );
+    commit(a, true);
+    dynasm!(a ; .arch x64 ; jmp =>entered ; =>exits);
     case_exits(a, (done, fail), (fail_here, fail_saved), flags_dead, true);
 }
 

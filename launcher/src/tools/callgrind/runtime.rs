@@ -1906,7 +1906,6 @@ impl Runtime {
         ) {
             (false, Some(top))
                 if (old_ns.is_none() || tail_stub)
-                    && !self.eager
                     && !fl.dump_after
                     && ret_addr == 0
                     && top.sp == frame_sp
@@ -1943,13 +1942,7 @@ impl Runtime {
         t.nonskipped = None;
         t.cxt = Some(new_cxt);
         self.enter_fast(t, bb, frame_sp);
-        // (With eager charging only the stub's jump: the stub case charges the stub to the
-        // caller's sink and points the miss helpers there, the call case back at the callee.)
-        if plan.key != u64::MAX
-            && self.inline_jumps
-            && (!self.eager || via_stub)
-            && push_fn == (from_fn != to_fn)
-        {
+        if plan.key != u64::MAX && self.inline_jumps && push_fn == (from_fn != to_fn) {
             let inc = a_new.wrapping_sub(a_old);
             let (lo, hi) = level_range(recs, idx, inc);
             let (Some(tc), Some(jc)) = (self.bbccs.get(to as usize), self.jccs.get(j as usize))
@@ -2000,6 +1993,7 @@ impl Runtime {
                     (bkey, callee_plan, FRAME),
                 );
                 p.stub.store(0, r);
+                p.callee_miss.store(callee_miss, r);
             }
         }
         true
