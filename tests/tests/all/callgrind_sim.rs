@@ -70,6 +70,10 @@ __attribute__((noinline)) long apply(long (*f)(long), int n) {
 __attribute__((noinline)) void copy(char *d, const char *s, unsigned long n) {
     __asm__ volatile("rep movsb" : "+D"(d), "+S"(s), "+c"(n) : : "memory");
 }
+/* Tail calls with -foptimize-sibling-calls: a jump into twice, and a jump into strlen's
+ * PLT stub. */
+__attribute__((noinline)) long tail_twice(long x) { return twice(x + 1); }
+__attribute__((noinline)) unsigned long tail_len(const char *s) { return strlen(s); }
 static long counter;
 __attribute__((noinline)) void bump(int n) {
     for (int i = 0; i < n; i++) __atomic_fetch_add(&counter, 1, __ATOMIC_SEQ_CST);
@@ -82,6 +86,7 @@ int main(int argc, char **argv) {
     bump(5000);
     long r = fib(18) + sweep(8) + sweep(1) + apply(argc > 5 ? thrice : twice, 3000)
         + apply(thrice, 2000) + b[777] + counter;
+    for (int i = 0; i < 3000; i++) r += tail_twice(i) + (long)tail_len(i & 1 ? "ab" : a + 99990);
     printf("%ld\n", r);
     return 0;
 }
@@ -327,7 +332,7 @@ fn events_match_valgrind_per_function() {
         println!("valgrind not installed: comparison skipped");
         return;
     };
-    let Some(exe) = build("clgsim_mix.c", MIX_C, &["-O1"]) else {
+    let Some(exe) = build("clgsim_mix.c", MIX_C, &["-O1", "-foptimize-sibling-calls"]) else {
         return;
     };
     for (tag, sim) in [
@@ -346,7 +351,16 @@ fn events_match_valgrind_per_function() {
         let theirs = read_profile(&out);
         assert_eq!(mine.events, theirs.events, "{tag}");
         for f in [
-            "fib", "fib'2", "sweep", "apply", "twice", "thrice", "copy", "bump",
+            "fib",
+            "fib'2",
+            "sweep",
+            "apply",
+            "twice",
+            "thrice",
+            "copy",
+            "bump",
+            "tail_twice",
+            "tail_len",
         ] {
             let (m, t) = (&mine.self_cost[f], &theirs.self_cost[f]);
             for (i, e) in mine.events.iter().enumerate() {
@@ -373,6 +387,10 @@ fn events_match_valgrind_per_function() {
             ("apply", "twice"),
             ("apply", "thrice"),
             ("main", "bump"),
+            // Tail calls (inline after the first few, frames popped by the callee's return).
+            ("main", "tail_twice"),
+            ("tail_twice", "twice"),
+            ("main", "tail_len"),
         ] {
             let key = (caller.to_string(), callee.to_string());
             let (m, t) = (&mine.arcs[&key], &theirs.arcs[&key]);
