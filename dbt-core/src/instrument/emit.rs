@@ -48,6 +48,7 @@ const TRAMP_INT: i32 = OFF_HELPER_TRAMP_INT as i32;
 
 const RAX: u8 = 0;
 const RCX: u8 = 1;
+const RBX: u8 = 3;
 const RSP: u8 = 4;
 
 /// The iced register for general-purpose register number `n` (rax = 0 .. r15 = 15).
@@ -1233,20 +1234,8 @@ fn inline_ret(
             ; =>after_charge
             ; gs mov QWORD [IS3], rbx
             ; gs mov QWORD [IS4], rsi
-            ; mov rbx, QWORD [rdx + run_ir]
-            ; mov rsi, QWORD [rax + fl.incl]
         );
-        for k in 0..j.cost_words as i32 {
-            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rbx + 8 * k]);
-            if let Some(d) = cost_delta(k) {
-                dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
-            }
-            dynasm!(a
-                ; .arch x64
-                ; sub rcx, QWORD [rax + fl.enter_ir + 8 * k]
-                ; add QWORD [rsi + 8 * k], rcx
-            );
-        }
+        add_incl_eager(a, j, (RBX, RAX));
         dynasm!(a
             ; .arch x64
             ; gs mov rsi, QWORD [IS4]
@@ -1315,6 +1304,31 @@ fn inline_ret(
     dynasm!(a ; .arch x64 ; jmp =>fail);
 }
 
+/// With eager charging, a popped frame's arc: its inclusive cost += the running cost (every
+/// word in use, with the inline deltas) - the cost at the frame's entry (`frame`: the frame's
+/// register; `run` and rsi are clobbered, rcx too).
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn add_incl_eager(a: &mut Asm, j: &super::calltrack::InlineJump, (run, frame): (u8, u8)) {
+    let JumpOffsets { run_ir, .. } = JUMP_OFF;
+    let fl = j.frame;
+    dynasm!(a
+        ; .arch x64
+        ; mov Rq(run), QWORD [rdx + run_ir]
+        ; mov rsi, QWORD [Rq(frame) + fl.incl]
+    );
+    for k in 0..j.cost_words as i32 {
+        dynasm!(a ; .arch x64 ; mov rcx, QWORD [Rq(run) + 8 * k]);
+        if let Some(d) = cost_delta(k) {
+            dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
+        }
+        dynasm!(a
+            ; .arch x64
+            ; sub rcx, QWORD [Rq(frame) + fl.enter_ir + 8 * k]
+            ; add QWORD [rsi + 8 * k], rcx
+        );
+    }
+}
+
 /// The return case when the top frames are tail calls' (`inline_tail_call`: return address
 /// 0, the key of the frame below), reached with rax = the top frame (this block's key, rsp
 /// its sp + 8): the frames down to the first real call frame must fit too, and that one's
@@ -1374,20 +1388,8 @@ fn inline_ret_tail(
             ; gs mov QWORD [IS4], rsi
             ; mov rbx, QWORD [rdx + frame]
             ; =>pop
-            ; mov rsi, QWORD [rbx + fl.incl]
-            ; mov rax, QWORD [rdx + run_ir]
         );
-        for k in 0..j.cost_words as i32 {
-            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rax + 8 * k]);
-            if let Some(d) = cost_delta(k) {
-                dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
-            }
-            dynasm!(a
-                ; .arch x64
-                ; sub rcx, QWORD [rbx + fl.enter_ir + 8 * k]
-                ; add QWORD [rsi + 8 * k], rcx
-            );
-        }
+        add_incl_eager(a, j, (RAX, RBX));
         dynasm!(a
             ; .arch x64
             ; mov ecx, DWORD [rbx + fl.to_fn]
