@@ -1180,10 +1180,7 @@ fn inline_ret(
         exit,
         frame,
         base_neg,
-        run_ir,
-        ir,
         negk,
-        fn_active,
         fn_base,
         fn_top,
         stack_moved,
@@ -1250,23 +1247,14 @@ fn inline_ret(
             ; .arch x64
             ; =>after_charge
             ; mov rax, QWORD [rdx + frame]
-            ; mov rcx, QWORD [rdx + run_ir]
-            ; mov rcx, QWORD [rcx]
-            ; add rcx, QWORD [rdx + ir]
-            ; sub rcx, QWORD [rax + fl.enter_ir]
-            ; mov rax, QWORD [rax + fl.incl]
-            ; add QWORD [rax], rcx
         );
+        add_incl_lazy(a, j, RAX);
     }
+    // The callee's activation count and the function stack as before the call.
+    dynasm!(a ; .arch x64 ; mov rax, QWORD [rdx + frame]);
+    restore_active(a, j, RAX);
     dynasm!(a
         ; .arch x64
-        // The callee's activation count and the function stack as before the call.
-        ; mov rax, QWORD [rdx + frame]
-        ; mov ecx, DWORD [rax + fl.to_fn]
-        ; shl rcx, 2
-        ; add rcx, QWORD [rdx + fn_active]
-        ; mov eax, DWORD [rax + fl.active]
-        ; mov DWORD [rcx], eax
         ; mov rax, QWORD [rdx + frame]
         ; mov rcx, QWORD [rax + fl.fn_sp]
         ; shl rcx, 2
@@ -1302,6 +1290,40 @@ fn inline_ret(
         restore_flags(a);
     }
     dynasm!(a ; .arch x64 ; jmp =>fail);
+}
+
+/// With lazy charging, a popped frame's arc (`frame`: the frame's register): its inclusive
+/// Ir += the running Ir (with the inline delta) - the Ir at the frame's entry. Clobbers rax
+/// and rcx.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn add_incl_lazy(a: &mut Asm, j: &super::calltrack::InlineJump, frame: u8) {
+    let JumpOffsets { run_ir, ir, .. } = JUMP_OFF;
+    let fl = j.frame;
+    dynasm!(a
+        ; .arch x64
+        ; mov rcx, QWORD [rdx + run_ir]
+        ; mov rcx, QWORD [rcx]
+        ; add rcx, QWORD [rdx + ir]
+        ; sub rcx, QWORD [Rq(frame) + fl.enter_ir]
+        ; mov rax, QWORD [Rq(frame) + fl.incl]
+        ; add QWORD [rax], rcx
+    );
+}
+
+/// A popped frame's callee gets back its activation count from before the call (`frame`:
+/// the frame's register). Clobbers rax and rcx.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn restore_active(a: &mut Asm, j: &super::calltrack::InlineJump, frame: u8) {
+    let fn_active = JUMP_OFF.fn_active;
+    let fl = j.frame;
+    dynasm!(a
+        ; .arch x64
+        ; mov ecx, DWORD [Rq(frame) + fl.to_fn]
+        ; shl rcx, 2
+        ; add rcx, QWORD [rdx + fn_active]
+        ; mov eax, DWORD [Rq(frame) + fl.active]
+        ; mov DWORD [rcx], eax
+    );
 }
 
 /// With eager charging, a popped frame's arc: its inclusive cost += the running cost (every
@@ -1343,12 +1365,7 @@ fn inline_ret_tail(
     frame_fits: impl Fn(&mut Asm),
 ) {
     let JumpOffsets {
-        frame,
-        base_neg,
-        run_ir,
-        ir,
-        fn_active,
-        ..
+        frame, base_neg, ..
     } = JUMP_OFF;
     let fl = j.frame;
     let rec = j.rec as *const super::calltrack::InlineRec as i64;
@@ -1380,56 +1397,36 @@ fn inline_ret_tail(
         ; jmp =>walk
         ; =>found
     );
-    if j.eager.is_some() {
-        // Every word of the running cost, before this block is charged (at `after_charge`).
-        dynasm!(a
-            ; .arch x64
-            ; gs mov QWORD [IS3], rbx
-            ; gs mov QWORD [IS4], rsi
-            ; mov rbx, QWORD [rdx + frame]
-            ; =>pop
-        );
-        add_incl_eager(a, j, (RAX, RBX));
-        dynasm!(a
-            ; .arch x64
-            ; mov ecx, DWORD [rbx + fl.to_fn]
-            ; shl rcx, 2
-            ; add rcx, QWORD [rdx + fn_active]
-            ; mov esi, DWORD [rbx + fl.active]
-            ; mov DWORD [rcx], esi
-            ; sub rbx, QWORD [rbx + fl.drop]
-            ; cmp QWORD [rbx + fl.ret_addr], 0
-            ; je =>pop
-            ; mov QWORD [rdx + frame], rbx
-            ; mov rax, rbx
-            ; gs mov rsi, QWORD [IS4]
-            ; gs mov rbx, QWORD [IS3]
-            ; jmp =>after_charge
-        );
-        return;
+    // Lazily the previous block is charged first; eagerly every word of the running cost
+    // goes to the arcs before this block is charged (at `after_charge`).
+    let eager = j.eager.is_some();
+    if !eager {
+        dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
+        enter_inline(a, j, Bases::REGS);
     }
-    dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
-    enter_inline(a, j, Bases::REGS);
+    dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], rbx);
+    if eager {
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS4], rsi);
+    }
+    dynasm!(a ; .arch x64 ; mov rbx, QWORD [rdx + frame] ; =>pop);
+    if eager {
+        add_incl_eager(a, j, (RAX, RBX));
+    } else {
+        add_incl_lazy(a, j, RBX);
+    }
+    restore_active(a, j, RBX);
     dynasm!(a
         ; .arch x64
-        ; gs mov QWORD [IS3], rbx
-        ; mov rbx, QWORD [rdx + frame]
-        ; =>pop
-        ; mov rcx, QWORD [rdx + run_ir]
-        ; mov rcx, QWORD [rcx]
-        ; add rcx, QWORD [rdx + ir]
-        ; sub rcx, QWORD [rbx + fl.enter_ir]
-        ; mov rax, QWORD [rbx + fl.incl]
-        ; add QWORD [rax], rcx
-        ; mov ecx, DWORD [rbx + fl.to_fn]
-        ; shl rcx, 2
-        ; add rcx, QWORD [rdx + fn_active]
-        ; mov eax, DWORD [rbx + fl.active]
-        ; mov DWORD [rcx], eax
         ; sub rbx, QWORD [rbx + fl.drop]
         ; cmp QWORD [rbx + fl.ret_addr], 0
         ; je =>pop
         ; mov QWORD [rdx + frame], rbx
+    );
+    if eager {
+        dynasm!(a ; .arch x64 ; mov rax, rbx ; gs mov rsi, QWORD [IS4]);
+    }
+    dynasm!(a
+        ; .arch x64
         ; gs mov rbx, QWORD [IS3]
         ; jmp =>after_charge
     );
