@@ -1488,9 +1488,6 @@ fn inline_call(
         ; placed:
     );
     call_frame_slot(a, j, fail_saved);
-    if j.eager.is_none() {
-        lazy_call_charge(a);
-    }
     // The frame (after a stub: at its sp, with its skipped state and next_sp).
     call_frame_arc(a, j);
     dynasm!(a
@@ -1583,9 +1580,6 @@ fn inline_tail_call(
         ; checked:
     );
     call_frame_slot(a, j, fail_saved);
-    if j.eager.is_none() {
-        lazy_call_charge(a);
-    }
     call_frame_arc(a, j);
     dynasm!(a
         ; .arch x64
@@ -1645,11 +1639,15 @@ fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: Dy
     );
 }
 
-/// The frame's fields that come from the plan and the state alike in every call case (rsi =
-/// the frame, rbx = the callee's activation count): the block count, the activation count
+/// The commit of every call case (rsi = the frame, rbx = the callee's activation count): with
+/// lazy charging the previous block is charged (`lazy_call_charge`), then the frame's fields
+/// that come from the plan and the state alike: the block count, the activation count
 /// before (then the plan's increment), the arc (its count + 1), its inclusive Ir, the
 /// caller's context, the skipped state and the bytes its return pops.
 fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump) {
+    if j.eager.is_none() {
+        lazy_call_charge(a);
+    }
     let JumpOffsets {
         bbs, nonskipped, ..
     } = JUMP_OFF;
