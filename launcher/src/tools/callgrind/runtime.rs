@@ -261,8 +261,8 @@ pub struct BlockInfo {
     pub alt_bbcc: Cell<u32>,
     /// `exit == Other` and no `rep` instruction: the next block may take the fast path.
     pub plain_exit: bool,
-    /// Ends plainly in a direct `jmp` to the first byte of a function (a tail call): like a
-    /// call, it arms its cost centre's plan for the inline tail-call case.
+    /// Ends plainly in a direct `jmp` to the first byte of a function or into a PLT stub (a
+    /// tail call): like a call, it arms its cost centre's plan for the inline tail-call case.
     pub tail_jump: bool,
     /// `--collect-jumps`: the final exit's kind.
     pub jump: JumpExit,
