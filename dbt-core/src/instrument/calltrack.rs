@@ -109,6 +109,11 @@ pub fn leak_low<T: Send + Sync + 'static>(value: T) -> &'static T {
 // with absolute addresses, flag-free.
 use core::sync::atomic::AtomicU64;
 
+/// [`JumpState::exit`] after a plain `ret`.
+pub const EXIT_RET: u64 = 0;
+/// [`JumpState::exit`] after any other end (no plan is at address 1).
+pub const EXIT_OTHER: u64 = 1;
+
 /// The running thread's summary for the inline jump path (Callgrind's `setup_bbcc` for a
 /// plain jump). It belongs to the last thread that ran a block-start routine: the tool
 /// disarms it when another thread takes the run lock (`set_switch_hook`). The inline code
@@ -119,11 +124,6 @@ use core::sync::atomic::AtomicU64;
 /// `InlineRec`; `expect` becomes `u64::MAX` unless the block ends plainly). `ir`/`bbs` are
 /// deltas the tool folds back; the tool finds the previous block and cost centre from its
 /// counter.
-/// [`JumpState::exit`] after a plain `ret`.
-pub const EXIT_RET: u64 = 0;
-/// [`JumpState::exit`] after any other end (no plan is at address 1).
-pub const EXIT_OTHER: u64 = 1;
-
 #[repr(C)]
 pub struct JumpState {
     /// Key a plainly-reached block must have (`u64::MAX`: none).

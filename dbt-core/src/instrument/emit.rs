@@ -6,7 +6,9 @@
 //!
 //! # Invariants
 //! * Every sequence restores the registers it borrowed (through `gs:[instr_scratch]`) and, if
-//!   the flags are live at that point, the arithmetic flags, before the guest instruction.
+//!   the flags are live at that point, the arithmetic flags, before the guest instruction
+//!   (consecutive data checks of one instruction restore them once, after the last:
+//!   `Plan::chains_after`).
 //! * Counter bumps use one `inc [rip+d]` where the flags are dead and the counter is within
 //!   rel32 reach, and a flag-free load/`lea`/store otherwise.
 //!
@@ -14,10 +16,12 @@
 //!   `cachesim`'s `Cache::access` does for a single-line access (`l1_scan`), so the state
 //!   stays Valgrind's whichever path an access takes.
 //!
-//! * Callgrind's inline plain-jump path (`inline_jump`) leaves rax, rcx, rdx and live flags
-//!   as they were on all of its ways out (its return case, `inline_ret`, is flag-free).
+//! * Callgrind's inline block-start paths (`inline_jump_low`, `inline_jump` and its return,
+//!   call, tail-call and stub cases) leave every register and live flags as they were on all
+//!   of their ways out.
 //!
-//! Deliberately not done: merging adjacent checks (each request is emitted on its own).
+//! Deliberately not done: merging checks across guest instructions (each instruction's
+//! requests are emitted on their own).
 use super::calltrack::{EXIT_OTHER, EXIT_RET};
 use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, LlHitCount, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
