@@ -248,10 +248,12 @@ impl Plan {
         // the largest op (~1.5 KiB).
         let count = |f: fn(&Op) -> bool| self.ops.iter().filter(|o| f(o)).count() as u64;
         let inline = count(|o| matches!(o, Op::CallFallbackInline { .. }));
-        // A data check with the inline L1 lookup takes up to ~750 bytes (`data_scan`, then
-        // `data_slow` for two lines: a block of 20 loads and 43 instructions is 16.4 KB).
+        // A data check with the inline L1 lookup takes up to ~1 KiB (`data_scan` with a
+        // 16-way `l1_scan` unrolled, ~270 bytes, then `data_slow` for two lines); an
+        // instruction fetch across two lines scans twice.
         let data = count(|o| matches!(o, Op::Data { .. }));
-        640 * self.ops.len() as u64 + 384 * data + 1536 * inline + 64
+        let fetch = count(|o| matches!(o, Op::Fetch { .. }));
+        640 * self.ops.len() as u64 + 640 * data + 512 * fetch + 1536 * inline + 64
     }
 
     fn is_empty(&self) -> bool {
@@ -2295,17 +2297,10 @@ fn emit_slow(a: &mut Asm, s: Slow) {
                     ; mov rcx, QWORD row as i64
                     ; mov rax, QWORD line as i64
                 );
-                let install = |a: &mut Asm| {
-                    dynasm!(a
-                        ; .arch x64
-                        ; mov rax, QWORD line as i64
-                        ; mov QWORD [rcx], rax
-                    );
-                };
                 if straddle {
                     let (next, missed) = (a.new_dynamic_label(), a.new_dynamic_label());
                     dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx] ; je =>next);
-                    l1_scan(a, cache, next, missed, &install);
+                    l1_scan(a, cache, next, missed);
                     dynasm!(a
                         ; .arch x64
                         ; =>missed
@@ -2313,7 +2308,7 @@ fn emit_slow(a: &mut Asm, s: Slow) {
                         ; =>next
                     );
                 } else {
-                    l1_scan(a, cache, restore, call_ll, &install);
+                    l1_scan(a, cache, restore, call_ll);
                 }
             }
             if straddle {
@@ -2456,10 +2451,7 @@ fn data_scan(
         ; jne =>straddle
         ; add rcx, cache.tags as i32
     );
-    let install = |a: &mut Asm| {
-        dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS3] ; mov QWORD [rcx], rax);
-    };
-    l1_scan(a, cache, ret, miss, &install);
+    l1_scan(a, cache, ret, miss);
     dynasm!(a ; .arch x64 ; =>miss);
     if let Some(ll) = after_miss.ll_mru {
         let call = a.new_dynamic_label();
@@ -2530,15 +2522,7 @@ fn data_slow(
             ; mov rdx, QWORD cache.tags as i64
             ; add rcx, rdx
         );
-        let install = |a: &mut Asm| {
-            dynasm!(a
-                ; .arch x64
-                ; gs mov rax, QWORD [ARG1]
-                ; shr rax, bits
-                ; mov QWORD [rcx], rax
-            );
-        };
-        l1_scan(a, cache, ret, miss, &install);
+        l1_scan(a, cache, ret, miss);
         dynasm!(a ; .arch x64 ; =>miss);
         if let Some(ll) = after_miss.ll_mru {
             let call = a.new_dynamic_label();
@@ -2646,27 +2630,25 @@ fn ll_mru_hit(
     dynasm!(a ; .arch x64 ; jmp =>done);
 }
 
+/// Caches of up to this many ways get `l1_scan`'s straight-line way scan and shift; larger
+/// ones (rare user geometries: a 512-way D1 would take ~13 KB per check unrolled) loop.
+const UNROLLED_WAYS: u64 = 16;
+
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =
 /// line, rcx = address of its set row. A hit in way `k` moves ways `0..k` down by one, puts
-/// the line in way 0 (`install`, which must store it through rcx, where rax no longer holds
-/// it) and jumps to `hit`; a miss moves every way down (the LRU tag falls off), installs the
-/// line and jumps to `miss`.
-/// Clobbers rax and rdx; rcx stays the row address.
+/// the line in way 0 and jumps to `hit`; a miss moves every way down (the LRU tag falls off),
+/// installs the line and jumps to `miss`. Clobbers rdx and the flags; rax and rcx stay.
 ///
-/// Ways 1 and 2 are tested and moved without a loop: they take ~98% of the hits that reach
-/// here (python3: 203M in way 1, 48M in way 2, 0.7M beyond), and the loops' exits were a
-/// mispredicted branch each.
-fn l1_scan(
-    a: &mut Asm,
-    cache: MruCache,
-    hit: DynamicLabel,
-    miss: DynamicLabel,
-    install: &dyn Fn(&mut Asm),
-) {
+/// Ways 1 and 2 are tested and moved first, on their own: they take ~98% of the hits that
+/// reach here (python3: 203M in way 1, 48M in way 2, 0.7M beyond). The other ways are
+/// compared one after the other without a loop (the loops' exits were a mispredicted branch
+/// each, ~30% of matmul's time in this code); a hit in way `k` jumps into the miss's shift
+/// sequence at the move into way `k`, and the zero flag of the last compare, which no `mov`
+/// changes, tells the two apart after the install.
+fn l1_scan(a: &mut Asm, cache: MruCache, hit: DynamicLabel, miss: DynamicLabel) {
     let assoc = cache.assoc as i32;
     if assoc <= 1 {
-        install(a);
-        dynasm!(a ; .arch x64 ; jmp =>miss);
+        dynasm!(a ; .arch x64 ; mov QWORD [rcx], rax ; jmp =>miss);
         return;
     }
     let not1 = a.new_dynamic_label();
@@ -2695,41 +2677,66 @@ fn l1_scan(
             ; =>not2
         );
     }
-    let row = assoc * 8;
-    let found = a.new_dynamic_label();
-    if assoc >= 4 {
+    if cache.assoc > UNROLLED_WAYS {
+        l1_scan_loop(a, assoc, hit, miss);
+        return;
+    }
+    // found[k]: the line is in way k (>= 3).
+    let found: Vec<DynamicLabel> = (0..assoc).map(|_| a.new_dynamic_label()).collect();
+    for (k, &f) in found.iter().enumerate().skip(3) {
+        dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx + 8 * k as i32] ; je =>f);
+    }
+    for k in (1..assoc).rev() {
+        if k >= 3 {
+            dynasm!(a ; .arch x64 ; =>found[k as usize]);
+        }
         dynasm!(a
             ; .arch x64
-            ; mov edx, 24
-            ; top:
-            ; cmp rax, QWORD [rcx + rdx]
-            ; je =>found
-            ; add rdx, 8
-            ; cmp rdx, row
-            ; jne <top
+            ; mov rdx, QWORD [rcx + 8 * (k - 1)]
+            ; mov QWORD [rcx + 8 * k], rdx
         );
     }
-    // rdx = 8k with k >= 1: ways k-1..0 move to k..1.
-    let shift = |a: &mut Asm| {
+    dynasm!(a ; .arch x64 ; mov QWORD [rcx], rax);
+    if assoc >= 4 {
+        dynasm!(a ; .arch x64 ; je =>hit);
+    }
+    dynasm!(a ; .arch x64 ; jmp =>miss);
+}
+
+/// `l1_scan` from way 3 on for a cache of more than `UNROLLED_WAYS` ways: a compare loop and
+/// a shift loop (the line waits in `gs:[IS4]` while rax carries the tags).
+fn l1_scan_loop(a: &mut Asm, assoc: i32, hit: DynamicLabel, miss: DynamicLabel) {
+    let row = assoc * 8;
+    let found = a.new_dynamic_label();
+    dynasm!(a
+        ; .arch x64
+        ; mov edx, 24
+        ; top:
+        ; cmp rax, QWORD [rcx + rdx]
+        ; je =>found
+        ; add rdx, 8
+        ; cmp rdx, row
+        ; jne <top
+    );
+    // rdx = 8k with k >= 1: ways k-1..0 move to k..1, then the line goes to way 0.
+    let shift_install = |a: &mut Asm| {
         dynasm!(a
             ; .arch x64
+            ; gs mov QWORD [IS4], rax
             ; shift:
             ; mov rax, QWORD [rcx + rdx - 8]
             ; mov QWORD [rcx + rdx], rax
             ; sub rdx, 8
             ; jnz <shift
+            ; gs mov rax, QWORD [IS4]
+            ; mov QWORD [rcx], rax
         );
     };
     dynasm!(a ; .arch x64 ; mov edx, row - 8);
-    shift(a);
-    install(a);
-    dynasm!(a ; .arch x64 ; jmp =>miss);
-    if assoc >= 4 {
-        dynasm!(a ; .arch x64 ; =>found);
-        shift(a);
-        install(a);
-        dynasm!(a ; .arch x64 ; jmp =>hit);
-    }
+    shift_install(a);
+    dynasm!(a ; .arch x64 ; jmp =>miss ; =>found);
+    shift_install(a);
+    dynasm!(a ; .arch x64 ; jmp =>hit);
 }
 
 /// `eax = 1` if the conditional branch `insn` will be taken, else 0; flags untouched.
