@@ -598,21 +598,29 @@ impl Plan {
                 arg2: len,
             },
         };
-        let tag = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
-        let one_line = (addr + len - 1) >> cache.line_bits == line;
-        if one_line && !self.live[i] && tag + 8 <= 1 << 31 {
-            // Flags dead and the tag within 32-bit reach: compare in memory, no register.
-            let (lo, hi) = (line as u32 as i32, (line >> 32) as u32 as i32);
-            if line < 1 << 31 {
-                dynasm!(a ; .arch x64 ; cmp QWORD [tag as i32], lo ; jne =>entry);
-            } else {
-                dynasm!(a
-                    ; .arch x64
-                    ; cmp DWORD [tag as i32], lo
-                    ; jne =>entry
-                    ; cmp DWORD [(tag + 4) as i32], hi
-                    ; jne =>entry
-                );
+        // Each line the fetch touches, with the address of its set's MRU tag. A fetch across
+        // two lines is a hit that changes nothing when both are MRU (`Cache::access` looks
+        // both up), so the inline check compares both.
+        let last = (addr + len - 1) >> cache.line_bits;
+        let lines: Vec<(u64, u64)> = [line, last][..1 + usize::from(last != line)]
+            .iter()
+            .map(|&l| (l, cache.tags + (l & cache.set_mask) * cache.assoc * 8))
+            .collect();
+        if !self.live[i] && lines.iter().all(|&(_, tag)| tag + 8 <= 1 << 31) {
+            // Flags dead and the tags within 32-bit reach: compare in memory, no register.
+            for &(line, tag) in &lines {
+                let (lo, hi) = (line as u32 as i32, (line >> 32) as u32 as i32);
+                if line < 1 << 31 {
+                    dynasm!(a ; .arch x64 ; cmp QWORD [tag as i32], lo ; jne =>entry);
+                } else {
+                    dynasm!(a
+                        ; .arch x64
+                        ; cmp DWORD [tag as i32], lo
+                        ; jne =>entry
+                        ; cmp DWORD [(tag + 4) as i32], hi
+                        ; jne =>entry
+                    );
+                }
             }
             dynasm!(a ; .arch x64 ; =>back);
             // The slow path saves what it borrows and restores it before coming back.
@@ -628,21 +636,22 @@ impl Plan {
             return;
         }
         dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
-        if one_line {
+        for (k, &(line, tag)) in lines.iter().enumerate() {
             let neg = line.wrapping_neg();
             if tag + 8 <= 1 << 31 {
                 dynasm!(a ; .arch x64 ; mov rax, QWORD [tag as i32]);
             } else {
                 dynasm!(a ; .arch x64 ; mov rax, QWORD tag as i64 ; mov rax, QWORD [rax]);
             }
-            dynasm!(a
-                ; .arch x64
-                ; mov rcx, QWORD neg as i64
-                ; lea rcx, [rax + rcx]
-                ; jrcxz =>back
-            );
+            dynasm!(a ; .arch x64 ; mov rcx, QWORD neg as i64 ; lea rcx, [rax + rcx]);
+            if k + 1 == lines.len() {
+                dynasm!(a ; .arch x64 ; jrcxz =>back);
+            } else {
+                // jrcxz only jumps on zero: to the next line's compare, past the way out.
+                dynasm!(a ; .arch x64 ; jrcxz >next ; jmp =>entry ; next:);
+            }
         }
-        // Not an MRU hit, or two lines (never one): the slow path looks further.
+        // Not an MRU hit: the slow path looks further.
         dynasm!(a ; .arch x64 ; jmp =>entry);
         self.slow.push(Slow { entry, back, kind });
         dynasm!(a ; .arch x64 ; =>back ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
