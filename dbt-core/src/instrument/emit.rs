@@ -117,6 +117,17 @@ enum SlowKind {
         /// last byte and the row offset of its first byte's set.
         line_row: Option<(u8, u8)>,
     },
+    /// Callgrind's block-start routine past the short form's first entry (`ShortForm`),
+    /// reached with its register borrowed: the short form's second entry and return-case
+    /// dispatch, the full jump case (`inline_jump`) and the Rust fallback; back to `back`
+    /// (the body) in every case. `labels`: the short form's miss, the return case, the full
+    /// form's second entry and its way back, the full form's failure.
+    JumpCold {
+        short: ShortForm,
+        jump: super::calltrack::InlineJump,
+        labels: [DynamicLabel; 5],
+        fallback: Fallback,
+    },
     /// The inline jump case's second entry (`inline_jump_alt`), reached when the first
     /// entry's key did not match: back to `back` (the rest of the jump case) when this one
     /// does, else to `fail` (the return case).
@@ -358,11 +369,32 @@ impl Plan {
                         inline_call(a, &jump, (done, fail), flags_dead, true);
                     } else {
                         let dead = self.dead.get(i).copied().unwrap_or(0) & !(1 << RSP);
-                        mark(a, "clg-short");
-                        inline_jump_low(a, &jump, (done, try_ret), flags_dead, dead);
                         let (try_alt, alt_back) = (a.new_dynamic_label(), a.new_dynamic_label());
-                        mark(a, "clg-full");
-                        inline_jump(a, &jump, (done, (try_alt, alt_back), fail), flags_dead);
+                        let short = ShortForm::new(&jump, flags_dead, dead);
+                        if let Some(short) = short {
+                            let (second, miss) = (a.new_dynamic_label(), a.new_dynamic_label());
+                            mark(a, "clg-short");
+                            short.emit_hot(a, &jump, (second, miss));
+                            self.slow.push(Slow {
+                                entry: second,
+                                back: done,
+                                kind: SlowKind::JumpCold {
+                                    short,
+                                    jump,
+                                    labels: [miss, try_ret, try_alt, alt_back, fail],
+                                    fallback: Fallback {
+                                        insn: self.facts[i].insn,
+                                        fast,
+                                        slow,
+                                        arg1,
+                                        arg2,
+                                    },
+                                },
+                            });
+                        } else {
+                            mark(a, "clg-full");
+                            inline_jump(a, &jump, (done, (try_alt, alt_back), fail), flags_dead);
+                        }
                         self.slow.push(Slow {
                             entry: try_alt,
                             back: alt_back,
@@ -393,6 +425,11 @@ impl Plan {
                                 flags_dead,
                             },
                         });
+                        if short.is_some() {
+                            dynasm!(a ; .arch x64 ; =>done);
+                            mark(a, "body");
+                            continue;
+                        }
                     }
                     mark(a, "clg-rust");
                     self.call_fallback(a, i, fast, slow, arg1, arg2)?;
@@ -559,9 +596,9 @@ impl Plan {
     }
 
     /// Emits the out-of-line calls of failed checks.
-    pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) {
+    pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) -> Result<(), String> {
         for s in std::mem::take(&mut self.slow) {
-            emit_slow(a, s);
+            emit_slow(a, s)?;
         }
         if !self.literals.is_empty() {
             dynasm!(a ; .arch x64 ; .align 8);
@@ -569,6 +606,7 @@ impl Plan {
                 dynasm!(a ; .arch x64 ; =>label ; .u64 value);
             }
         }
+        Ok(())
     }
 
     fn fetch(
@@ -841,27 +879,48 @@ impl Plan {
         arg1: CallArg,
         arg2: u64,
     ) -> Result<(), String> {
-        let insn = self.facts[i].insn;
-        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
-        store_arg1(a, &insn, arg1)?;
-        let after_fast = a.new_dynamic_label();
-        let done = a.new_dynamic_label();
-        helper_call(a, fast, arg2, after_fast);
-        dynasm!(a
-            ; .arch x64
-            ; =>after_fast
-            ; gs mov rcx, QWORD [ARG0]
-            ; jrcxz =>done
-        );
-        helper_call_same_arg2(a, slow, done);
-        dynasm!(a
-            ; .arch x64
-            ; =>done
-            ; gs mov rcx, QWORD [IS1]
-            ; gs mov rax, QWORD [IS0]
-        );
-        Ok(())
+        let f = Fallback {
+            insn: self.facts[i].insn,
+            fast,
+            slow,
+            arg1,
+            arg2,
+        };
+        call_fallback(a, &f)
     }
+}
+
+/// The arguments of `Plan::call_fallback`, kept for code emitted out of line.
+#[derive(Clone, Copy)]
+struct Fallback {
+    insn: Instruction,
+    fast: Helper,
+    slow: Helper,
+    arg1: CallArg,
+    arg2: u64,
+}
+
+/// `Plan::call_fallback`'s code.
+fn call_fallback(a: &mut Asm, f: &Fallback) -> Result<(), String> {
+    dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
+    store_arg1(a, &f.insn, f.arg1)?;
+    let after_fast = a.new_dynamic_label();
+    let done = a.new_dynamic_label();
+    helper_call(a, f.fast, f.arg2, after_fast);
+    dynasm!(a
+        ; .arch x64
+        ; =>after_fast
+        ; gs mov rcx, QWORD [ARG0]
+        ; jrcxz =>done
+    );
+    helper_call_same_arg2(a, f.slow, done);
+    dynasm!(a
+        ; .arch x64
+        ; =>done
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+    );
+    Ok(())
 }
 
 /// The words of the tool's running cost before its miss slots (`InlineJump::cost_words`):
@@ -1041,116 +1100,165 @@ fn inline_jump(
 /// The jump case's common way (either entry, nothing to unwind) when the state and the
 /// record lie below 2 GiB: addressed with 32-bit displacements, it borrows one register — a
 /// guest register dead at the block's start (`dead`, a mask) when there is one and the flags
-/// are dead, else rcx, or rax when the flags must be saved — instead of three. Goes to
-/// `done` when it applied; after a `ret` (where the jump case cannot apply) to the return
-/// case (`try_ret`, entered as from the full jump case: rax, rcx and rdx saved, rdx = the
-/// state, rax = the record, the flags saved unless dead); otherwise falls through with every
-/// register and the flags as they were, to the full jump case (`inline_jump`), which checks
-/// again.
-#[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
-fn inline_jump_low(
-    a: &mut Asm,
-    j: &super::calltrack::InlineJump,
-    (done, try_ret): (DynamicLabel, DynamicLabel),
+/// are dead, else rcx, or rax when the flags must be saved — instead of three.
+///
+/// Split for the layout: the first entry (`ShortForm::emit_hot`) is inline at the block's
+/// start and falls through into the body when it applies; everything else (the second
+/// entry, the dispatch to the return case, `inline_jump` and the Rust fallback) is out of
+/// line (`SlowKind::JumpCold`), so that a block's hot code is ~60 bytes followed by its body
+/// instead of a jump over ~700 bytes of rarely run code.
+#[derive(Clone, Copy)]
+struct ShortForm {
+    st: u64,
+    rec: u64,
+    /// The borrowed register.
+    x: u8,
+    /// Whether `x` is guest rcx, saved in `gs:[IS1]` (flags dead).
+    borrowed: bool,
     flags_dead: bool,
-    dead: u16,
-) {
-    let st = j.state as *const super::calltrack::JumpState as u64;
-    let rec = j.rec as *const super::calltrack::InlineRec as u64;
-    let low = |base: u64, size: usize| base + size as u64 <= 1 << 31;
-    if !low(st, size_of::<super::calltrack::JumpState>())
-        || !low(rec, size_of::<super::calltrack::InlineRec>())
-    {
-        return;
+}
+
+impl ShortForm {
+    /// `None` when the state or the record lies above 2 GiB (the full form is the common
+    /// way then).
+    fn new(j: &super::calltrack::InlineJump, flags_dead: bool, dead: u16) -> Option<ShortForm> {
+        let st = j.state as *const super::calltrack::JumpState as u64;
+        let rec = j.rec as *const super::calltrack::InlineRec as u64;
+        let low = |base: u64, size: usize| base + size as u64 <= 1 << 31;
+        if !low(st, size_of::<super::calltrack::JumpState>())
+            || !low(rec, size_of::<super::calltrack::InlineRec>())
+        {
+            return None;
+        }
+        let x = if !flags_dead {
+            RAX
+        } else {
+            (0..16u8).find(|&n| dead & (1 << n) != 0).unwrap_or(RCX)
+        };
+        Some(ShortForm {
+            st,
+            rec,
+            x,
+            borrowed: x == RCX && dead & (1 << RCX) == 0,
+            flags_dead,
+        })
     }
-    let o = JUMP_OFF;
-    let s = |off: i32| st as i32 + off;
-    let r = |off: i32| rec as i32 + off;
-    let x = if !flags_dead {
-        RAX
-    } else {
-        (0..16u8).find(|&n| dead & (1 << n) != 0).unwrap_or(RCX)
-    };
-    let borrowed = x == RCX && dead & (1 << RCX) == 0;
-    if !flags_dead {
-        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
-        save_flags(a);
-    } else if borrowed {
-        dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+
+    fn s(&self, off: i32) -> i32 {
+        self.st as i32 + off
     }
-    let restore = |a: &mut Asm| {
-        if !flags_dead {
+
+    fn r(&self, off: i32) -> i32 {
+        self.rec as i32 + off
+    }
+
+    fn restore(&self, a: &mut Asm) {
+        if !self.flags_dead {
             restore_flags(a);
             dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
-        } else if borrowed {
+        } else if self.borrowed {
             dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1]);
         }
-    };
-    let (miss, second) = (a.new_dynamic_label(), a.new_dynamic_label());
-    // The entry at byte `e` of the record (0, or `InlineRec::ALT` for the second).
-    let enter = |a: &mut Asm, e: i32| {
+    }
+
+    /// The key test of the entry at byte `e` of the record (0, or `InlineRec::ALT`): to
+    /// `other` when it is not the expected one.
+    #[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
+    fn key_test(&self, a: &mut Asm, e: i32, other: DynamicLabel) {
+        let o = JUMP_OFF;
         dynasm!(a
             ; .arch x64
-            ; cmp rsp, QWORD [s(o.top)]
+            ; mov Rq(self.x), QWORD [self.s(o.expect)]
+            ; add Rq(self.x), QWORD [self.r(e + o.negk)]
+            ; jnz =>other
+        );
+    }
+
+    /// Enters the block with the entry at byte `e` (to `miss` when there is something to
+    /// unwind) and puts back what was borrowed.
+    fn enter(&self, a: &mut Asm, j: &super::calltrack::InlineJump, e: i32, miss: DynamicLabel) {
+        let o = JUMP_OFF;
+        dynasm!(a
+            ; .arch x64
+            ; cmp rsp, QWORD [self.s(o.top)]
             ; ja =>miss
         );
         let b = Bases {
-            st: Base::Abs(st as i32),
-            rec: Base::Abs(r(e)),
-            x,
+            st: Base::Abs(self.st as i32),
+            rec: Base::Abs(self.r(e)),
+            x: self.x,
         };
         enter_inline(a, j, b);
         if !j.ends_plain {
             store_imm(a, b.st, o.expect, -1);
         }
-        restore(a);
-        dynasm!(a ; .arch x64 ; jmp =>done);
-    };
-    let alt = super::calltrack::InlineRec::ALT;
-    dynasm!(a
-        ; .arch x64
-        ; mov Rq(x), QWORD [s(o.expect)]
-        ; add Rq(x), QWORD [r(o.negk)]
-        ; jnz =>second
-    );
-    enter(a, 0);
-    // The second entry (python3's interpreter loop runs its blocks at two recursion levels
-    // in turn: 40M of 357M block starts in the 3M loop).
-    dynasm!(a
-        ; .arch x64
-        ; =>second
-        ; mov Rq(x), QWORD [s(o.expect)]
-        ; add Rq(x), QWORD [r(alt + o.negk)]
-        ; jnz =>miss
-    );
-    enter(a, alt);
-    dynasm!(a ; .arch x64 ; =>miss);
-    if j.ret_case {
-        // A `ret` leaves `expect` at none (it does not end plainly), so only the return
-        // case (or those after it) can apply.
-        dynasm!(a
-            ; .arch x64
-            ; cmp QWORD [s(o.exit)], EXIT_RET as i32
-            ; jne >jump_case
-        );
-        let saved_rax = !flags_dead;
-        let saved_rcx = flags_dead && borrowed;
-        if !saved_rax {
+        self.restore(a);
+    }
+
+    /// The inline part: borrows, tests the first entry (to `second`, out of line, when it
+    /// is not the expected one) and enters with it, falling through.
+    #[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
+    fn emit_hot(
+        &self,
+        a: &mut Asm,
+        j: &super::calltrack::InlineJump,
+        (second, miss): (DynamicLabel, DynamicLabel),
+    ) {
+        if !self.flags_dead {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
-        }
-        if !saved_rcx {
+            save_flags(a);
+        } else if self.borrowed {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
         }
-        dynasm!(a
-            ; .arch x64
-            ; gs mov QWORD [IS2], rdx
-            ; mov rdx, QWORD st as i64
-            ; mov rax, QWORD rec as i64
-            ; jmp =>try_ret
-            ; jump_case:
-        );
+        self.key_test(a, 0, second);
+        self.enter(a, j, 0, miss);
     }
-    restore(a);
+
+    /// The out-of-line part, from `second` (placed by the caller) with the register
+    /// borrowed: the second entry (python3's interpreter loop runs its blocks at two
+    /// recursion levels in turn: 40M of 357M block starts in the 3M loop), to `done` when it
+    /// applies; at `miss`, after a `ret` (where the jump case cannot apply) to the return case
+    /// (`try_ret`, entered as from the full jump case: rax, rcx and rdx saved, rdx = the
+    /// state, rax = the record, the flags saved unless dead); otherwise falls through with
+    /// every register and the flags as they were, to the full jump case (`inline_jump`),
+    /// which checks again.
+    fn emit_cold(
+        &self,
+        a: &mut Asm,
+        j: &super::calltrack::InlineJump,
+        (miss, done, try_ret): (DynamicLabel, DynamicLabel, DynamicLabel),
+    ) {
+        let alt = super::calltrack::InlineRec::ALT;
+        self.key_test(a, alt, miss);
+        self.enter(a, j, alt, miss);
+        dynasm!(a ; .arch x64 ; jmp =>done ; =>miss);
+        if j.ret_case {
+            // A `ret` leaves `expect` at none (it does not end plainly), so only the return
+            // case (or those after it) can apply.
+            dynasm!(a
+                ; .arch x64
+                ; cmp QWORD [self.s(JUMP_OFF.exit)], EXIT_RET as i32
+                ; jne >jump_case
+            );
+            let saved_rax = !self.flags_dead;
+            let saved_rcx = self.flags_dead && self.borrowed;
+            if !saved_rax {
+                dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+            }
+            if !saved_rcx {
+                dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+            }
+            dynasm!(a
+                ; .arch x64
+                ; gs mov QWORD [IS2], rdx
+                ; mov rdx, QWORD self.st as i64
+                ; mov rax, QWORD self.rec as i64
+                ; jmp =>try_ret
+                ; jump_case:
+            );
+        }
+        self.restore(a);
+    }
 }
 
 /// The jump case with the record's second entry (out of line; rax = the record, rdx = the
@@ -2196,7 +2304,7 @@ fn stub_eager_charge(a: &mut Asm, j: &super::calltrack::InlineJump, more: [u32; 
 
 /// Emits one out-of-line path: `s.entry`, then the code of its kind, which ends by jumping
 /// to `s.back`.
-fn emit_slow(a: &mut Asm, s: Slow) {
+fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
     let (entry, back) = (s.entry, s.back);
     mark(
         a,
@@ -2205,6 +2313,7 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             SlowKind::InlineRet { .. } => "clg-ret",
             SlowKind::InlineCall { .. } => "clg-call",
             SlowKind::Data { .. } | SlowKind::FetchScan { .. } => "cache-scan",
+            SlowKind::JumpCold { .. } => "clg-cold",
             SlowKind::Call { .. } | SlowKind::Saving { .. } => "slow-call",
         },
     );
@@ -2220,7 +2329,7 @@ fn emit_slow(a: &mut Asm, s: Slow) {
                     back: restore,
                     kind: *kind,
                 },
-            );
+            )?;
             dynasm!(a
                 ; .arch x64
                 ; =>restore
@@ -2266,6 +2375,22 @@ fn emit_slow(a: &mut Asm, s: Slow) {
                 (size, saved),
                 back,
             )
+        }
+        SlowKind::JumpCold {
+            short,
+            jump,
+            labels: [miss, try_ret, try_alt, alt_back, fail],
+            fallback,
+        } => {
+            short.emit_cold(a, &jump, (miss, back, try_ret));
+            inline_jump(
+                a,
+                &jump,
+                (back, (try_alt, alt_back), fail),
+                short.flags_dead,
+            );
+            call_fallback(a, &fallback)?;
+            dynasm!(a ; .arch x64 ; jmp =>back);
         }
         SlowKind::InlineAlt { fail } => inline_jump_alt(a, back, fail),
         SlowKind::InlineRet {
@@ -2347,6 +2472,7 @@ fn emit_slow(a: &mut Asm, s: Slow) {
             dynasm!(a ; .arch x64 ; jmp =>back);
         }
     }
+    Ok(())
 }
 
 /// The part of the jump and return cases (the state and the block's record at `b`, `b.x`

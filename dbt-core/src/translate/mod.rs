@@ -718,7 +718,7 @@ pub fn translate(
     }
     let body_len = em.off() as u64 - IBL_ENTRY_OFFSET;
     crate::perfmap::mark(em.off(), "slow");
-    plan.emit_slow_paths(&mut em.ops);
+    plan.emit_slow_paths(&mut em.ops).map_err(internal)?;
     crate::perfmap::mark(em.off(), "stubs");
     em.stubs();
     let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
