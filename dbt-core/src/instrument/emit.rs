@@ -2574,7 +2574,6 @@ fn data_scan(
     let bits = cache.line_bits as i8;
     dynasm!(a
         ; .arch x64
-        ; gs mov QWORD [IS3], rax
         ; mov rdx, rax
         ; shl rdx, bits
         ; and edx, DWORD (cache.set_mask << cache.line_bits) as i32
@@ -2587,10 +2586,10 @@ fn data_scan(
         ; add rcx, cache.tags as i32
     );
     l1_scan(a, cache, ret, miss);
-    dynasm!(a ; .arch x64 ; =>miss);
+    // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
+    dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
     if let Some(ll) = after_miss.ll_mru {
         let call = a.new_dynamic_label();
-        dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS3]);
         if ll.line_bits > cache.line_bits {
             dynasm!(a ; .arch x64 ; shr rax, (ll.line_bits - cache.line_bits) as i8);
         }
