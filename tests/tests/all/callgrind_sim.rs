@@ -404,6 +404,87 @@ fn events_match_valgrind_per_function() {
     }
 }
 
+/// Reads `k` lines `way` bytes apart (one set of a cache whose way is `way` bytes) round
+/// after round: once they are in, each read hits in way `k - 1` of its set when `k` is at
+/// most the associativity, and misses when it is more. All in `main`, with no call between
+/// the rounds: a return address read in the same set would take a way, and where the stack
+/// lies differs between rgrind and Valgrind.
+const WAYS_C: &str = r#"#include <stdlib.h>
+#include <stdio.h>
+int main(void) {
+    static const long ways[] = {256, 2048, 4096, 8192};
+    static const int ks[] = {2, 3, 4, 7, 12, 13, 16, 31, 32, 33};
+    const volatile char *buf = calloc(8192, 34);
+    if (!buf) return 1;
+    long s = 0;
+    for (int w = 0; w < 4; w++)
+        for (int j = 0; j < 10; j++)
+            for (int r = 0; r < 40; r++)
+                for (int i = 0; i < ks[j]; i++) s += buf[(long)i * ways[w]];
+    printf("%ld\n", s);
+    return 0;
+}
+"#;
+
+/// The inline L1 scan has one form per associativity range (direct-mapped; ways 1 and 2
+/// tested one by one; up to 16 ways in straight-line code, where a hit jumps into the miss's
+/// shift; more in loops) and the LL has its own: each must leave the tags as Valgrind's
+/// simulator does, so the misses of reads that hit in every way of a set (`WAYS_C`) agree
+/// with Valgrind's under caches of 1, 2, 3, 12 and 32 ways.
+#[test]
+fn associativities_match_valgrind() {
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let Some(exe) = build("clgsim_ways.c", WAYS_C, &["-O1"]) else {
+        return;
+    };
+    for (tag, geometry) in [
+        (
+            "w1",
+            ["--I1=2048,1,64", "--D1=2048,1,64", "--LL=65536,2,64"],
+        ),
+        (
+            "w2",
+            ["--I1=4096,2,64", "--D1=4096,2,64", "--LL=65536,4,64"],
+        ),
+        (
+            "w3",
+            ["--I1=6144,3,64", "--D1=6144,3,64", "--LL=98304,3,64"],
+        ),
+        (
+            "w12",
+            ["--I1=49152,12,64", "--D1=49152,12,64", "--LL=1572864,12,64"],
+        ),
+        (
+            "w32",
+            ["--I1=8192,32,64", "--D1=8192,32,64", "--LL=262144,32,64"],
+        ),
+    ] {
+        let mut opts = vec!["--cache-sim=yes"];
+        opts.extend(geometry);
+        let (mine, _) = rgrind_profile(&exe, &format!("ways-{tag}.rg"), &opts);
+        let out = scratch_dir().join("clgsim").join(format!("ways-{tag}.vg"));
+        let file = format!("--callgrind-out-file={}", out.display());
+        let mut vopts = vec!["--tool=callgrind", file.as_str()];
+        vopts.extend(&opts);
+        let o = run_valgrind(&vg, &vopts, &Cmd::new(&exe));
+        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+        let theirs = read_profile(&out);
+        same_fn(&mine, &theirs, "main", tag);
+        // Thousands of reads miss and hit in every geometry (not a comparison of all-misses
+        // or of zeros).
+        let (reads, misses) = (mine.fn_ev("main", "Dr"), mine.fn_ev("main", "D1mr"));
+        let hits = reads - misses.min(reads);
+        let enough = if tag == "w1" { 100 } else { 1000 };
+        assert!(
+            misses > 1000 && hits > enough,
+            "{tag}: main's D1 misses {misses} of {reads}"
+        );
+    }
+}
+
 #[test]
 fn callgrind_annotate_reads_the_files() {
     let Some(annotate) = which("callgrind_annotate") else {
