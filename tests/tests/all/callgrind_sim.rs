@@ -326,6 +326,19 @@ fn events_lines_follow_the_simulation_options() {
     }
 }
 
+/// `exe`'s profiles under rgrind and Valgrind (`vg`) with `--tool=callgrind` and `opts`
+/// (files `<scratch>/clgsim/<name>.rg` and `.vg`); Valgrind's run must exit 0.
+fn mine_and_valgrinds(vg: &Path, exe: &Path, name: &str, opts: &[&str]) -> (Profile, Profile) {
+    let (mine, _) = rgrind_profile(exe, &format!("{name}.rg"), opts);
+    let out = scratch_dir().join("clgsim").join(format!("{name}.vg"));
+    let file = format!("--callgrind-out-file={}", out.display());
+    let mut vopts = vec!["--tool=callgrind", file.as_str()];
+    vopts.extend(opts);
+    let o = run_valgrind(vg, &vopts, &Cmd::new(exe));
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    (mine, read_profile(&out))
+}
+
 #[test]
 fn events_match_valgrind_per_function() {
     let Some(vg) = valgrind() else {
@@ -341,14 +354,7 @@ fn events_match_valgrind_per_function() {
     ] {
         let mut opts = sim.clone();
         opts.extend(GEOMETRY);
-        let (mine, _) = rgrind_profile(&exe, &format!("mix-{tag}.rg"), &opts);
-        let out = scratch_dir().join("clgsim").join(format!("mix-{tag}.vg"));
-        let file = format!("--callgrind-out-file={}", out.display());
-        let mut vopts = vec!["--tool=callgrind", file.as_str()];
-        vopts.extend(&opts);
-        let o = run_valgrind(&vg, &vopts, &Cmd::new(&exe));
-        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
-        let theirs = read_profile(&out);
+        let (mine, theirs) = mine_and_valgrinds(&vg, &exe, &format!("mix-{tag}"), &opts);
         assert_eq!(mine.events, theirs.events, "{tag}");
         for f in [
             "fib",
@@ -464,14 +470,7 @@ fn associativities_match_valgrind() {
     ] {
         let mut opts = vec!["--cache-sim=yes"];
         opts.extend(geometry);
-        let (mine, _) = rgrind_profile(&exe, &format!("ways-{tag}.rg"), &opts);
-        let out = scratch_dir().join("clgsim").join(format!("ways-{tag}.vg"));
-        let file = format!("--callgrind-out-file={}", out.display());
-        let mut vopts = vec!["--tool=callgrind", file.as_str()];
-        vopts.extend(&opts);
-        let o = run_valgrind(&vg, &vopts, &Cmd::new(&exe));
-        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
-        let theirs = read_profile(&out);
+        let (mine, theirs) = mine_and_valgrinds(&vg, &exe, &format!("ways-{tag}"), &opts);
         same_fn(&mine, &theirs, "main", tag);
         // Thousands of reads miss and hit in every geometry (not a comparison of all-misses
         // or of zeros).
