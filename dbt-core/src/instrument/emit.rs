@@ -2362,6 +2362,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 Some(line_row),
             ) = (after_miss, line_row)
             {
+                data_way1(a, cache, line_row, back);
                 data_scan(a, cache, am, line_row, back);
                 // Only an access spanning two lines gets past it: the whole access by `helper`.
                 after_miss = None;
@@ -2527,6 +2528,38 @@ fn enter_block(
         }
     }
     note_exit(a, j, plan, b);
+}
+
+/// The first thing a data check's out-of-line part with `near_rows` does (the flags free,
+/// the line in `l` and the row offset in `w` as the check left them): a hit in way 1 — most
+/// of the non-MRU hits, python3: 203M of 252M — swaps ways 0 and 1 and goes back at once,
+/// with one register borrowed (through `gs:[IS4]`) instead of the three `data_scan` sets up.
+/// The line found in the first byte's set means the access lies in one line (the next line
+/// belongs to the next set). Otherwise falls through with everything as on entry.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn data_way1(a: &mut Asm, cache: MruCache, (l, w): (u8, u8), back: DynamicLabel) {
+    if cache.assoc < 2 {
+        return;
+    }
+    const RDX: u8 = 2;
+    let t = [RAX, RCX, RDX]
+        .into_iter()
+        .find(|&r| r != l && r != w)
+        .unwrap_or(RDX);
+    let tg = cache.tags as i32;
+    let rest = a.new_dynamic_label();
+    dynasm!(a
+        ; .arch x64
+        ; cmp Rq(l), QWORD [Rq(w) + tg + 8]
+        ; jne =>rest
+        ; gs mov QWORD [IS4], Rq(t)
+        ; mov Rq(t), QWORD [Rq(w) + tg]
+        ; mov QWORD [Rq(w) + tg + 8], Rq(t)
+        ; mov QWORD [Rq(w) + tg], Rq(l)
+        ; gs mov Rq(t), QWORD [IS4]
+        ; jmp =>back
+        ; =>rest
+    );
 }
 
 /// The common part of a data check's out-of-line part with `near_rows` (entered like
