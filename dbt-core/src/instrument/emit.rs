@@ -1679,12 +1679,10 @@ fn inline_tail_call(
         ; .arch x64
         ; cmp QWORD [rdx + nonskipped], -1
         ; jne >stub_tail
-        ; cmp rsp, QWORD [rdx + top]
-        ; ja =>fail_here
-        // The top frame returns into a known context (the empty frame's key is none).
-        ; mov rcx, QWORD [rdx + frame]
-        ; cmp QWORD [rcx + fl.key], -1
-        ; je =>fail_here
+    );
+    tail_from_top(a, j, fail_here);
+    dynasm!(a
+        ; .arch x64
         ; jmp >checked
         // After a tail jump into a PLT stub (the stub case ran): the stub's frame (return
         // address 0) on top at rsp, and the frame below it returns into a known context.
@@ -1727,6 +1725,21 @@ fn inline_tail_call(
         ; mov QWORD [rdx + top], rcx
     );
     call_frame_enter(a, j);
+}
+
+/// A tail jump out of the top frame's function (rdx = the state; no skipped function
+/// active): nothing to unwind (rsp <= top_sp) and the top frame returns into a known context
+/// (the empty frame's key is none); else to `fail_here`.
+fn tail_from_top(a: &mut Asm, j: &super::calltrack::InlineJump, fail_here: DynamicLabel) {
+    let JumpOffsets { top, frame, .. } = JUMP_OFF;
+    dynasm!(a
+        ; .arch x64
+        ; cmp rsp, QWORD [rdx + top]
+        ; ja =>fail_here
+        ; mov rcx, QWORD [rdx + frame]
+        ; cmp QWORD [rcx + j.frame.key], -1
+        ; je =>fail_here
+    );
 }
 
 /// The call cases' checks before a frame is pushed (rax = the plan, rdx = the state; rbx
@@ -2246,17 +2259,12 @@ fn inline_stub(
     );
     let exits = a.new_dynamic_label();
     dynasm!(a ; .arch x64 ; jmp =>exits ; =>tail);
-    let JumpOffsets { frame, .. } = JUMP_OFF;
     dynasm!(a
         ; .arch x64
         ; cmp QWORD [rdx + nonskipped], -1
         ; jne =>fail_here
-        ; cmp rsp, QWORD [rdx + top]
-        ; ja =>fail_here
-        ; mov rcx, QWORD [rdx + frame]
-        ; cmp QWORD [rcx + fl.key], -1
-        ; je =>fail_here
     );
+    tail_from_top(a, j, fail_here);
     commit(a, true);
     dynasm!(a ; .arch x64 ; jmp =>entered ; =>exits);
     case_exits(a, (done, fail), (fail_here, fail_saved), flags_dead, true);
