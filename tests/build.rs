@@ -59,6 +59,7 @@ const GUESTS: &[Guest] = &[
     g("jit", "jit.c", &[]),
     g("jitthreads", "jitthreads.c", &["-pthread"]),
     g("denseloads", "denseloads.c", &[]),
+    g("flagfault", "flagfault.c", &[]),
     g("jitdiscard", "jitdiscard.c", &["-pthread"]),
     g("forkthreads", "forkthreads.c", &["-pthread"]),
     g("spin", "spin.c", &[]),

@@ -262,9 +262,13 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
             internal_crash(sig, pc, Some(ctx.rip));
         }
         let guest = crate::core_state::core().cache.guest_insn_at(pc);
-        let Some((guest_rip, _)) = guest else {
+        let Some((guest_rip, flags_stashed)) = guest else {
             internal_crash(sig, pc, Some(ctx.rip))
         };
+        if flags_stashed {
+            let efl = &mut uc.uc_mcontext.gregs[libc::REG_EFL as usize];
+            *efl = crate::instrument::unstash_flags(*efl as u64, ctx.instr_flags) as i64;
+        }
         ctx.sync_signal = sig as u64;
         copy_info(&mut ctx.sync_info, info);
         ctx.signal_rip = guest_rip;

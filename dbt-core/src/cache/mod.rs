@@ -61,8 +61,11 @@ pub struct ExitRecord {
 
 pub struct Block {
     /// Host offset (from `host`) and guest address of each guest instruction's first host
-    /// byte, in order: the points where host state equals guest state exactly.
+    /// byte (its instrumentation, then its own code), in order.
     pub insn_starts: Vec<(u32, u64)>,
+    /// Indices into `insn_starts` of the instructions whose own code runs with the guest's
+    /// arithmetic flags held in `instr_flags` (`Plan::flags_stashed`), ascending.
+    pub flags_stashed: Vec<u32>,
     pub guest_start: u64,
     pub guest_end: u64,
     pub host: u64,
@@ -154,7 +157,8 @@ impl CodeCache {
     }
 
     /// The guest instruction whose translation contains host address `pc`: its guest address,
-    /// and whether `pc` is exactly its first host byte (host state == guest state there).
+    /// and whether its own code runs with the guest's arithmetic flags held in the thread's
+    /// `instr_flags` rather than in rflags (a fault there must take them from there).
     pub fn guest_insn_at(&self, pc: u64) -> Option<(u64, bool)> {
         let live = self
             .by_host
@@ -170,8 +174,9 @@ impl CodeCache {
         if i == 0 {
             return Some((b.guest_start, false));
         }
-        let (o, addr) = b.insn_starts[i - 1];
-        Some((addr, o == off))
+        let (_, addr) = b.insn_starts[i - 1];
+        let stashed = b.flags_stashed.binary_search(&(i as u32 - 1)).is_ok();
+        Some((addr, stashed))
     }
 
     /// The guest start of the block whose translation begins exactly at `pc`.
@@ -329,6 +334,7 @@ mod tests {
     fn block(guest: u64, host: u64) -> Block {
         Block {
             insn_starts: vec![(0, guest), (5, guest + 3)],
+            flags_stashed: vec![1],
             guest_start: guest,
             guest_end: guest + 6,
             host,
@@ -349,8 +355,8 @@ mod tests {
         );
         assert!(!c.discard(0x1000), "nothing left to discard");
         // A thread still running the old code: faults and signals map to guest addresses.
-        assert_eq!(c.guest_insn_at(0x9005), Some((0x1003, true)));
-        assert_eq!(c.guest_insn_at(0x9007), Some((0x1003, false)));
+        assert_eq!(c.guest_insn_at(0x9004), Some((0x1000, false)));
+        assert_eq!(c.guest_insn_at(0x9007), Some((0x1003, true)));
         assert_eq!(c.block_start_at(0x9000), Some(0x1000));
         assert_eq!(c.guest_insn_at(0x9000 + 40), None);
         // The new translation is the one found at its own addresses.

@@ -8,7 +8,11 @@
 //! * Every sequence restores the registers it borrowed (through `gs:[instr_scratch]`) and, if
 //!   the flags are live at that point, the arithmetic flags, before the guest instruction
 //!   (consecutive data checks of one instruction restore them once, after the last:
-//!   `Plan::chains_after`).
+//!   `Plan::chains_after`). The one exception: live flags saved by a data check stay in
+//!   `gs:[instr_flags]` through flag-transparent instructions up to the next data check
+//!   (`Plan::stashed`), and go back before anything else, always before the block's last
+//!   instruction; the translation records those instructions (`Block::flags_stashed`) so
+//!   that a fault there hands the guest its own flags.
 //! * Counter bumps use one `inc [rip+d]` where the flags are dead and the counter is within
 //!   rel32 reach, and a flag-free load/`lea`/store otherwise.
 //!
@@ -21,7 +25,7 @@
 //!   of their ways out.
 //!
 //! Deliberately not done: merging checks across guest instructions (each instruction's
-//! requests are emitted on their own).
+//! requests are emitted on their own; only held flags carry over).
 use super::calltrack::{EXIT_OTHER, EXIT_RET};
 use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, LlHitCount, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
@@ -193,6 +197,13 @@ pub(crate) struct Plan {
     /// Per instruction, the guest registers dead before it (`gpr_dead_before`; empty when no
     /// data check needs them).
     dead: Vec<u16>,
+    /// Per instruction, `super::flags_transparent`.
+    transparent: Vec<bool>,
+    /// Whether the code emitted so far leaves the guest's (live) arithmetic flags held in
+    /// `gs:[instr_flags]` rather than in rflags: a data check keeps them there across the
+    /// flag-transparent instructions up to the next check instead of putting them back and
+    /// saving them again (`Plan::flags_hold`). They go back before anything else.
+    stashed: bool,
 }
 
 // SAFETY: see `Op`: the pointers are addresses embedded in code, not dereferenced here.
@@ -222,6 +233,8 @@ impl Plan {
             slow: Vec::new(),
             literals: Vec::new(),
             dead,
+            transparent: super::flags_transparent(view),
+            stashed: false,
         }
     }
 
@@ -236,7 +249,68 @@ impl Plan {
             slow: Vec::new(),
             literals: Vec::new(),
             dead: Vec::new(),
+            transparent: Vec::new(),
+            stashed: false,
         }
+    }
+
+    /// Whether the guest instruction emitted next (after `emit_before`) runs with the guest's
+    /// arithmetic flags held in `gs:[instr_flags]` (a fault there takes them from there).
+    pub(crate) fn flags_stashed(&self) -> bool {
+        self.stashed
+    }
+
+    /// Whether op `op` is emitted before instruction `i`.
+    fn applies_at(&self, op: &Op, i: usize) -> bool {
+        match *op {
+            Op::CountBlock(_) => i == self.count_at,
+            Op::Rep { insn, .. }
+            | Op::Fetch { insn, .. }
+            | Op::Data { insn, .. }
+            | Op::Call { insn, .. }
+            | Op::RepBranch { insn, .. }
+            | Op::CallFallback { insn, .. }
+            | Op::CallFallbackInline { insn, .. } => insn == i,
+        }
+    }
+
+    /// Whether held flags may stay held through everything emitted for instruction `i`: it
+    /// is flag-transparent and not the block's last (the flags are back before the block
+    /// ends), and what goes before it is data checks (which take held flags as saved) and
+    /// the block counter (flag-free where the flags are live).
+    fn may_hold_through(&self, i: usize) -> bool {
+        i + 1 < self.facts.len()
+            && self.transparent.get(i).copied().unwrap_or(false)
+            && !self.rep_loop(i)
+            && self
+                .ops
+                .iter()
+                .all(|o| !self.applies_at(o, i) || matches!(o, Op::Data { .. } | Op::CountBlock(_)))
+    }
+
+    /// Whether the data check `k` (of instruction `i`, flags live) may leave the flags held
+    /// instead of putting them back: another data check of `i` follows it directly, or it
+    /// is the last op of `i` and the flags may stay held through `i` and on to the next
+    /// instruction of the block.
+    fn flags_hold(&self, k: usize, i: usize) -> bool {
+        match self.ops[k + 1..].iter().find(|o| self.applies_at(o, i)) {
+            Some(Op::Data { .. }) => true,
+            Some(_) => false,
+            None => self.may_hold_through(i),
+        }
+    }
+
+    /// Puts held flags back in rflags (rax kept unless dead before `i`).
+    fn unstash(&mut self, a: &mut Asm, i: usize) {
+        let rax_dead = self.dead.get(i).is_some_and(|&d| d & 1 != 0);
+        if !rax_dead {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+        }
+        restore_flags(a);
+        if !rax_dead {
+            dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
+        }
+        self.stashed = false;
     }
 
     /// The block counter, when counting executions is all this plan does (the translator may
@@ -294,6 +368,9 @@ impl Plan {
         if self.is_empty() {
             return Ok(());
         }
+        if self.stashed && !self.may_hold_through(i) {
+            self.unstash(a, i);
+        }
         // Whether the previous op left its registers and flags saved for this one.
         let mut chained = false;
         for k in 0..self.ops.len() {
@@ -323,15 +400,18 @@ impl Plan {
                         }
                         _ => false,
                     };
+                    let held = live && self.stashed && !chained;
+                    let hold = live && !chain_out && self.flags_hold(k, i);
                     self.data(
                         a,
                         i,
                         dref,
                         cache,
                         (helper, after_miss),
-                        (live, chained, chain_out),
+                        (live, chained, held, chain_out, hold),
                     )?;
                     chained = chain_out;
+                    self.stashed = hold;
                     continue;
                 }
                 Op::Call {
@@ -561,7 +641,7 @@ impl Plan {
                         dref,
                         cache,
                         (helper, after_miss),
-                        (true, false, false),
+                        (true, false, false, false, false),
                     )?;
                 }
             }
@@ -597,6 +677,7 @@ impl Plan {
 
     /// Emits the out-of-line calls of failed checks.
     pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) -> Result<(), String> {
+        debug_assert!(!self.stashed, "flags still held at the block's end");
         for s in std::mem::take(&mut self.slow) {
             emit_slow(a, s)?;
         }
@@ -704,9 +785,10 @@ impl Plan {
         dref: DataRef,
         cache: MruCache,
         (helper, after_miss): (Helper, Option<AfterMiss>),
-        // Live flags; entered with the registers and flags saved by the check before;
-        // leaves them saved for the next.
-        (live, chained, chain_out): (bool, bool, bool),
+        // Live flags; entered with the registers and flags saved by the check before; entered
+        // with the flags held (`Plan::stashed`); leaves the registers and flags saved for the
+        // next; leaves the flags held (the registers put back).
+        (live, chained, held, chain_out, hold): (bool, bool, bool, bool, bool),
     ) -> Result<(), String> {
         let Some(acc) = self.facts[i].accesses.get(dref.access).copied() else {
             return Err(format!("no memory access #{} in instruction", dref.access));
@@ -736,7 +818,7 @@ impl Plan {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
         }
         effective_address(a, &acc, dref.offset, gpr(w), gpr(l))?;
-        if live && !chained {
+        if live && !chained && !held {
             save_flags(a);
         }
         let bits = cache.line_bits as i8;
@@ -786,7 +868,7 @@ impl Plan {
         if chain_out {
             return Ok(());
         }
-        if live {
+        if live && !hold {
             restore_flags(a);
         }
         if saved[1] {

@@ -10,7 +10,10 @@
 //! # Invariants
 //! * Emitted instrumentation keeps the guest state intact at every guest instruction
 //!   boundary: it borrows registers through `gs:` slots and never touches the guest stack;
-//!   arithmetic flags are saved (`lahf`/`seto`) only where they are live.
+//!   arithmetic flags are saved (`lahf`/`seto`) only where they are live. Live flags a data
+//!   check saved may stay saved through instructions that neither read nor write them, up
+//!   to the next check (`emit`'s `Plan::stashed`); a fault there takes them from the save
+//!   slot (`unstash_flags`).
 //! * Out-of-line routines run on the thread's helper stack (`helper::rgrind_helper_call`),
 //!   with every caller-saved general register, the flags and the extended state preserved.
 //! * Cost arrays (`Instrumenter::cost_array`) are keyed by the block's guest start and size;
@@ -595,6 +598,31 @@ pub(crate) fn flags_liveness(view: &BlockView) -> Vec<bool> {
         live[i] = cur != 0;
     }
     live
+}
+
+/// `transparent[i]`: instruction `i` neither reads nor writes an arithmetic flag and goes on
+/// to the next instruction (no `rep`, no client request): its own code may run while the
+/// guest's flags are held in `instr_flags` between two data checks (`emit::Plan`).
+pub(crate) fn flags_transparent(view: &BlockView) -> Vec<bool> {
+    view.insns
+        .iter()
+        .map(|v| {
+            v.flow == FlowKind::Next
+                && v.rep == RepKind::None
+                && !v.client_request
+                && (v.flags_read | v.flags_written) & ARITH == 0
+        })
+        .collect()
+}
+
+/// The guest's rflags from the host's `efl` at a point where the arithmetic flags were held
+/// in `instr_flags` (`held`: rax after `lahf; seto al`): SF ZF AF PF CF from ah, OF from al.
+pub fn unstash_flags(efl: u64, held: u64) -> u64 {
+    const LAHF_BITS: u64 = 0xd5; // SF ZF AF PF CF
+    const OF: u64 = 0x800;
+    let ah = (held >> 8) & LAHF_BITS;
+    let of = if held & 1 != 0 { OF } else { 0 };
+    (efl & !(LAHF_BITS | OF)) | ah | of
 }
 
 /// For each instruction, the general-purpose registers (bit n = register n, rax = 0 .. r15 =

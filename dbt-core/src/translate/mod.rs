@@ -676,6 +676,7 @@ pub fn translate(
         em.smc_check(guest, &buf[..(code_end - guest) as usize]);
     }
     let mut insn_starts = Vec::with_capacity(insns.len() * copies as usize);
+    let mut flags_stashed = Vec::new();
     // A self-loop is emitted `copies` times, each copy bumping its own share of the block
     // counter and branching back into the next copy (the last into the first, the block's
     // entry): see `LOOP_COPIES`.
@@ -695,6 +696,9 @@ pub fn translate(
             };
             crate::perfmap::mark(em.off(), "body");
             plan.emit_before(&mut em.ops, host, i).map_err(failed)?;
+            if plan.flags_stashed() {
+                flags_stashed.push(insn_starts.len() as u32 - 1);
+            }
             if plan.emit_rep(&mut em.ops, host, i, bytes).map_err(failed)? {
                 continue;
             }
@@ -754,6 +758,7 @@ pub fn translate(
     }
     cache.insert_block(Block {
         insn_starts,
+        flags_stashed,
         guest_start: guest,
         guest_end,
         host: entry,

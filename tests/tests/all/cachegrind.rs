@@ -223,3 +223,32 @@ fn dense_data_checks_fit_their_translation() {
         }
     }
 }
+
+/// Between two data checks the guest's live flags are held aside (`Plan::stashed`); a load
+/// that faults there must still show the guest's flags to its SIGSEGV handler, and the code
+/// after it must branch on them, under both simulating tools.
+#[test]
+fn flags_held_between_data_checks_reach_a_fault_handler() {
+    let cmd = Cmd::guest("flagfault");
+    let native = rgrind_tests::run(&cmd);
+    assert_eq!(native.end(), End::Exit(0), "{}", native.describe());
+    assert!(
+        native.stdout_str().contains("handler saw 0x91"),
+        "{}",
+        native.describe()
+    );
+    for tool in [
+        ["--tool=cachegrind", "--cachegrind-out-file=/dev/null"],
+        ["--tool=callgrind", "--callgrind-out-file=/dev/null"],
+    ] {
+        let mut opts = vec!["-q", "--cache-sim=yes"];
+        opts.extend_from_slice(&tool);
+        let out = run_rgrind(&opts, &cmd);
+        assert_eq!(
+            (out.end(), out.stdout_str()),
+            (End::Exit(0), native.stdout_str()),
+            "{opts:?}: {}",
+            out.describe()
+        );
+    }
+}
