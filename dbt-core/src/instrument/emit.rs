@@ -393,19 +393,24 @@ impl Plan {
                     after_miss,
                 } if insn == i && !self.rep_loop(i) => {
                     let live = self.live[i];
-                    let regs = self.data_regs(i, live);
-                    let chain_out = match self.ops.get(k + 1) {
-                        Some(&Op::Data { insn, dref, .. }) if insn == i => {
-                            self.chains_after(i, dref, regs)
-                        }
-                        _ => false,
+                    let next = match self.ops.get(k + 1) {
+                        Some(&Op::Data { insn, dref, .. }) if insn == i => Some(dref),
+                        _ => None,
                     };
                     let held = live && self.stashed && !chained;
-                    let hold = live && !chain_out && self.flags_hold(k, i);
+                    let may_hold = live && self.flags_hold(k, i);
+                    // Flags held on the way in and out: no lahf/sahf here, so the line needs
+                    // not go to rax (unless the next check chains on these registers).
+                    let free = held && may_hold && {
+                        let r = self.data_regs(i, false);
+                        next.is_none_or(|d| !self.chains_after(i, d, r))
+                    };
+                    let regs = self.data_regs(i, live && !free);
+                    let chain_out = next.is_some_and(|d| self.chains_after(i, d, regs));
+                    let hold = may_hold && !chain_out;
                     self.data(
                         a,
-                        i,
-                        dref,
+                        (i, dref, regs),
                         cache,
                         (helper, after_miss),
                         (live, chained, held, chain_out, hold),
@@ -635,10 +640,10 @@ impl Plan {
             } = self.ops[k]
             {
                 if insn == i {
+                    let regs = self.data_regs(i, true);
                     self.data(
                         a,
-                        i,
-                        dref,
+                        (i, dref, regs),
                         cache,
                         (helper, after_miss),
                         (true, false, false, false, false),
@@ -781,8 +786,8 @@ impl Plan {
     fn data(
         &mut self,
         a: &mut Asm,
-        i: usize,
-        dref: DataRef,
+        // The instruction, its access and the registers the check borrows (`data_regs`).
+        (i, dref, regs): (usize, DataRef, DataRegs),
         cache: MruCache,
         (helper, after_miss): (Helper, Option<AfterMiss>),
         // Live flags; entered with the registers and flags saved by the check before; entered
@@ -794,7 +799,7 @@ impl Plan {
             return Err(format!("no memory access #{} in instruction", dref.access));
         };
         let size = u64::from(dref.size.max(1));
-        let DataRegs { l, w, saved } = self.data_regs(i, live);
+        let DataRegs { l, w, saved } = regs;
         let entry = a.new_dynamic_label();
         let back = a.new_dynamic_label();
         self.slow.push(Slow {
