@@ -210,8 +210,12 @@ pub(crate) struct Plan {
 unsafe impl Send for Plan {}
 
 impl Plan {
-    pub(crate) fn new(view: &BlockView, ins: Instrumenter, dead: Vec<u16>) -> Plan {
-        let live = super::flags_liveness(view);
+    pub(crate) fn new(
+        view: &BlockView,
+        ins: Instrumenter,
+        dead: Vec<u16>,
+        live: Vec<bool>,
+    ) -> Plan {
         let n = view.insns.len();
         let count_at = (0..n).find(|&i| !live[i]).unwrap_or(0);
         Plan {
@@ -377,7 +381,8 @@ impl Plan {
             match self.ops[k] {
                 Op::CountBlock(ctr) if i == self.count_at => {
                     let ctr = self.counter_override.unwrap_or(ctr);
-                    add_one(a, host, ctr, self.live[i]);
+                    let scratch = self.dead_scratch(i, &[]);
+                    add_one(a, host, ctr, (self.live[i], scratch));
                 }
                 Op::Fetch {
                     insn,
@@ -652,7 +657,7 @@ impl Plan {
             }
         }
         if let (true, Some((_, iterations))) = (cond, rep) {
-            add_one(a, host, iterations, true);
+            add_one(a, host, iterations, (true, None));
         }
         a.extend(single.iter().copied());
         dynasm!(a ; .arch x64 ; lea rcx, [rcx - 1]);
@@ -674,7 +679,7 @@ impl Plan {
             }
         }
         if let Some((entries, _)) = rep {
-            add_one(a, host, entries, true);
+            add_one(a, host, entries, (true, None));
         }
         dynasm!(a ; .arch x64 ; jmp =>top ; =>done);
         Ok(true)
@@ -908,6 +913,13 @@ impl Plan {
             w,
             saved: [saves(RAX), saves(RCX)],
         }
+    }
+
+    /// A guest register dead before instruction `i` (not rsp, none of `avoid`), which code
+    /// placed there may use without saving.
+    fn dead_scratch(&self, i: usize, avoid: &[u8]) -> Option<u8> {
+        let dead = self.dead.get(i).copied().unwrap_or(0) & !(1 << RSP);
+        (0..16u8).find(|&r| dead & (1 << r) != 0 && !avoid.contains(&r))
     }
 
     /// Whether the data check of access `next` of instruction `i` may follow the one before
@@ -3080,7 +3092,9 @@ fn restore_flags(a: &mut Asm) {
 }
 
 /// Adds 1 to the u64 at `ctr`.
-fn add_one(a: &mut Asm, host: u64, ctr: *mut u64, flags_live: bool) {
+// dynasm's dynamic registers (`Rq(n)`) expand to a `.into()` of the `u8` given.
+#[allow(clippy::useless_conversion)]
+fn add_one(a: &mut Asm, host: u64, ctr: *mut u64, (flags_live, scratch): (bool, Option<u8>)) {
     let ctr = ctr as u64;
     let at = host + a.offset().0 as u64;
     if !flags_live {
@@ -3090,6 +3104,21 @@ fn add_one(a: &mut Asm, host: u64, ctr: *mut u64, flags_live: bool) {
             a.extend(d.to_le_bytes());
             return;
         }
+    }
+    if let (Some(r), Ok(dl)) = (scratch, i32::try_from(ctr as i64 - (at as i64 + 7))) {
+        // Flags live, a dead guest register: a flag-free increment with nothing to save.
+        let rex = 0x48 | (r >> 3) << 2;
+        let modrm = (r & 7) << 3 | 5;
+        a.extend([rex, 0x8b, modrm]); // mov r, [rip + dl]
+        a.extend(dl.to_le_bytes());
+        dynasm!(a ; .arch x64 ; lea Rq(r), [Rq(r) + 1]);
+        let store_end = host + a.offset().0 as u64 + 7;
+        if let Ok(ds) = i32::try_from(ctr as i64 - store_end as i64) {
+            a.extend([rex, 0x89, modrm]); // mov [rip + ds], r
+            a.extend(ds.to_le_bytes());
+            return;
+        }
+        dynasm!(a ; .arch x64 ; lea Rq(r), [Rq(r) - 1]);
     }
     // Flags live: a flag-free increment through one borrowed register, rip-relative when the
     // counter is within reach (the load ends 9 + 7 bytes after `at`, the store 9 + 7 + 4 + 7).

@@ -708,16 +708,20 @@ pub(crate) fn plan_block(
     if !insns.is_empty() {
         tool.instrument(&view, &mut ins);
     }
-    let dead = if ins
-        .ops
-        .iter()
-        .any(|o| matches!(o, Op::Data { .. } | Op::CallFallbackInline { .. }))
-    {
+    let live = flags_liveness(&view);
+    // Dead registers serve as scratch without saving: for data checks, callgrind's block
+    // start, instruction fetch checks, and a block counter where the flags are live (in a
+    // block where they are live throughout; see `emit::Plan::new`).
+    let dead = if ins.ops.iter().any(|o| match o {
+        Op::Data { .. } | Op::CallFallbackInline { .. } | Op::Fetch { .. } => true,
+        Op::CountBlock(_) => live.iter().all(|&l| l),
+        _ => false,
+    }) {
         gpr_dead_before(&view, &mut factory)
     } else {
         Vec::new()
     };
-    emit::Plan::new(&view, ins, dead)
+    emit::Plan::new(&view, ins, dead, live)
 }
 
 #[cfg(test)]
