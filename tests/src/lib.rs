@@ -134,16 +134,27 @@ impl CallgrindNames {
     }
 }
 
-/// A per-process scratch folder under the system temp dir (created on first use).
+static SCRATCH: OnceLock<PathBuf> = OnceLock::new();
+
+/// A per-process scratch folder under the system temp dir (created on first use, removed
+/// when the test process exits).
 pub fn scratch_dir() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
+    SCRATCH.get_or_init(|| {
         let d = std::env::temp_dir().join(format!("rgrind-tests.{}", std::process::id()));
         if let Err(e) = std::fs::create_dir_all(&d) {
             panic!("cannot create scratch dir {}: {e}", d.display());
         }
+        // SAFETY: registers a plain function with no captured state; the C runtime calls it
+        // once, at exit, on the exiting thread.
+        unsafe { libc::atexit(remove_scratch) };
         d
     })
+}
+
+extern "C" fn remove_scratch() {
+    if let Some(d) = SCRATCH.get() {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 /// Looks a program up in `$PATH` the way a shell would (first executable regular file).
