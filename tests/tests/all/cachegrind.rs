@@ -192,28 +192,21 @@ fn branch_rules_of_locked_and_rep_instructions() {
     assert_eq!(l, theirs, "per-line Ir Bc Bcm Bi Bim equal to Valgrind's");
 }
 
-/// Blocks made of data checks (translations of ~23 KB for 60 instructions), each with its
-/// out-of-line lookup, fit the space reserved for them under both simulating tools and
-/// several geometries (a reservation too small stops rgrind with "block of N bytes exceeds
-/// its bound"), and the guest computes what it does natively.
-#[test]
-fn dense_data_checks_fit_their_translation() {
-    let cmd = Cmd::guest("denseloads");
-    let native = rgrind_tests::run(&cmd);
+/// Runs `cmd` natively, then under both simulating tools with `--cache-sim=yes` and `extra`;
+/// each run must end as the native one did (exit 0) with the same output. Returns the native
+/// run.
+fn same_as_native_under_simulation(cmd: &Cmd, extra: &[&[&str]]) -> rgrind_tests::Outcome {
+    let native = rgrind_tests::run(cmd);
     assert_eq!(native.end(), End::Exit(0), "{}", native.describe());
-    for geometry in [
-        &[][..],
-        &["--D1=65536,16,128", "--LL=8388608,16,128"][..],
-        &["--D1=1024,1,64", "--LL=16384,2,64"][..],
-    ] {
+    for more in extra {
         for tool in [
             ["--tool=cachegrind", "--cachegrind-out-file=/dev/null"],
             ["--tool=callgrind", "--callgrind-out-file=/dev/null"],
         ] {
             let mut opts = vec!["-q", "--cache-sim=yes"];
             opts.extend_from_slice(&tool);
-            opts.extend_from_slice(geometry);
-            let out = run_rgrind(&opts, &cmd);
+            opts.extend_from_slice(more);
+            let out = run_rgrind(&opts, cmd);
             assert_eq!(
                 (out.end(), out.stdout_str()),
                 (End::Exit(0), native.stdout_str()),
@@ -222,6 +215,23 @@ fn dense_data_checks_fit_their_translation() {
             );
         }
     }
+    native
+}
+
+/// Blocks made of data checks (translations of ~23 KB for 60 instructions), each with its
+/// out-of-line lookup, fit the space reserved for them under both simulating tools and
+/// several geometries (a reservation too small stops rgrind with "block of N bytes exceeds
+/// its bound"), and the guest computes what it does natively.
+#[test]
+fn dense_data_checks_fit_their_translation() {
+    same_as_native_under_simulation(
+        &Cmd::guest("denseloads"),
+        &[
+            &[],
+            &["--D1=65536,16,128", "--LL=8388608,16,128"],
+            &["--D1=1024,1,64", "--LL=16384,2,64"],
+        ],
+    );
 }
 
 /// Between two data checks the guest's live flags are held aside (`Plan::stashed`); a load
@@ -229,26 +239,10 @@ fn dense_data_checks_fit_their_translation() {
 /// after it must branch on them, under both simulating tools.
 #[test]
 fn flags_held_between_data_checks_reach_a_fault_handler() {
-    let cmd = Cmd::guest("flagfault");
-    let native = rgrind_tests::run(&cmd);
-    assert_eq!(native.end(), End::Exit(0), "{}", native.describe());
+    let native = same_as_native_under_simulation(&Cmd::guest("flagfault"), &[&[]]);
     assert!(
         native.stdout_str().contains("handler saw 0x91"),
         "{}",
         native.describe()
     );
-    for tool in [
-        ["--tool=cachegrind", "--cachegrind-out-file=/dev/null"],
-        ["--tool=callgrind", "--callgrind-out-file=/dev/null"],
-    ] {
-        let mut opts = vec!["-q", "--cache-sim=yes"];
-        opts.extend_from_slice(&tool);
-        let out = run_rgrind(&opts, &cmd);
-        assert_eq!(
-            (out.end(), out.stdout_str()),
-            (End::Exit(0), native.stdout_str()),
-            "{opts:?}: {}",
-            out.describe()
-        );
-    }
 }
