@@ -306,7 +306,7 @@ impl Plan {
 
     /// Puts held flags back in rflags (rax kept unless dead before `i`).
     fn unstash(&mut self, a: &mut Asm, i: usize) {
-        let rax_dead = self.dead.get(i).is_some_and(|&d| d & 1 != 0);
+        let rax_dead = self.dead_mask(i) & (1 << RAX) != 0;
         if !rax_dead {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
         }
@@ -458,7 +458,7 @@ impl Plan {
                         mark(a, "clg-entry-call");
                         inline_call(a, &jump, (done, fail), flags_dead, true);
                     } else {
-                        let dead = self.dead.get(i).copied().unwrap_or(0) & !(1 << RSP);
+                        let dead = self.dead_mask(i);
                         let (try_alt, alt_back) = (a.new_dynamic_label(), a.new_dynamic_label());
                         let short = ShortForm::new(&jump, flags_dead, dead);
                         if let Some(short) = short {
@@ -895,18 +895,15 @@ impl Plan {
     /// saving; otherwise rax (`gs:[IS0]`) and rcx (`gs:[IS1]`), `saved`. With `live` flags
     /// `l` is rax (`lahf`).
     fn data_regs(&self, i: usize, live: bool) -> DataRegs {
-        let dead = if self.rep_loop(i) {
-            0
-        } else {
-            self.dead.get(i).copied().unwrap_or(0)
-        };
-        let first_dead = |avoid: u8| (0..16u8).find(|&r| dead & (1 << r) != 0 && r != avoid);
         let l = if live {
             RAX
         } else {
-            first_dead(u8::MAX).unwrap_or(RAX)
+            self.dead_scratch(i, &[]).unwrap_or(RAX)
         };
-        let w = first_dead(l).unwrap_or(if l == RCX { RAX } else { RCX });
+        let w = self
+            .dead_scratch(i, &[l])
+            .unwrap_or(if l == RCX { RAX } else { RCX });
+        let dead = self.dead_mask(i);
         let saves = |r: u8| (r == l || r == w) && dead & (1 << r) == 0;
         DataRegs {
             l,
@@ -915,10 +912,19 @@ impl Plan {
         }
     }
 
-    /// A guest register dead before instruction `i` (not rsp, none of `avoid`), which code
-    /// placed there may use without saving.
+    /// The guest registers dead before instruction `i` (never rsp; none before a `rep`
+    /// instruction emitted as a loop, whose code runs again and again).
+    fn dead_mask(&self, i: usize) -> u16 {
+        if self.rep_loop(i) {
+            return 0;
+        }
+        self.dead.get(i).copied().unwrap_or(0) & !(1 << RSP)
+    }
+
+    /// A guest register dead before instruction `i` (none of `avoid`), which code placed
+    /// there may use without saving.
     fn dead_scratch(&self, i: usize, avoid: &[u8]) -> Option<u8> {
-        let dead = self.dead.get(i).copied().unwrap_or(0) & !(1 << RSP);
+        let dead = self.dead_mask(i);
         (0..16u8).find(|&r| dead & (1 << r) != 0 && !avoid.contains(&r))
     }
 
