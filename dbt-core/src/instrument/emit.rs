@@ -3124,7 +3124,8 @@ fn add_one(a: &mut Asm, host: u64, ctr: *mut u64, (flags_live, scratch): (bool, 
             a.extend(ds.to_le_bytes());
             return;
         }
-        dynasm!(a ; .arch x64 ; lea Rq(r), [Rq(r) - 1]);
+        // The store is out of reach: the ways below load the counter again (r is dead, its
+        // value does not matter).
     }
     // Flags live: a flag-free increment through one borrowed register, rip-relative when the
     // counter is within reach (the load ends 9 + 7 bytes after `at`, the store 9 + 7 + 4 + 7).

@@ -710,10 +710,10 @@ pub(crate) fn plan_block(
     }
     let live = flags_liveness(&view);
     // Dead registers serve as scratch without saving: for data checks, callgrind's block
-    // start, instruction fetch checks, and a block counter where the flags are live (in a
-    // block where they are live throughout; see `emit::Plan::new`).
+    // start, and a block counter where the flags are live (in a block where they are live
+    // throughout; see `emit::Plan::new`).
     let dead = if ins.ops.iter().any(|o| match o {
-        Op::Data { .. } | Op::CallFallbackInline { .. } | Op::Fetch { .. } => true,
+        Op::Data { .. } | Op::CallFallbackInline { .. } => true,
         Op::CountBlock(_) => live.iter().all(|&l| l),
         _ => false,
     }) {
