@@ -1469,14 +1469,10 @@ fn inline_ret(
         );
         enter_inline(a, j, Bases::REGS);
     } else {
+        dynasm!(a ; .arch x64 ; =>after_charge);
+        add_incl_lazy(a, j, RAX);
         dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
         enter_inline(a, j, Bases::REGS);
-        dynasm!(a
-            ; .arch x64
-            ; =>after_charge
-            ; mov rax, QWORD [rdx + frame]
-        );
-        add_incl_lazy(a, j, RAX);
     }
     // The callee's activation count and the function stack as before the call.
     dynasm!(a ; .arch x64 ; mov rax, QWORD [rdx + frame]);
@@ -1596,7 +1592,6 @@ fn inline_ret_tail(
         frame, base_neg, ..
     } = JUMP_OFF;
     let fl = j.frame;
-    let rec = j.rec as *const super::calltrack::InlineRec as i64;
     let (walk, found, pop) = (
         a.new_dynamic_label(),
         a.new_dynamic_label(),
@@ -1625,13 +1620,9 @@ fn inline_ret_tail(
         ; jmp =>walk
         ; =>found
     );
-    // Lazily the previous block is charged first; eagerly every word of the running cost
-    // goes to the arcs before this block is charged (at `after_charge`).
+    // The running cost (Ir, or eagerly every word) goes to the arcs before this block is
+    // entered (at `after_charge`).
     let eager = j.eager.is_some();
-    if !eager {
-        dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
-        enter_inline(a, j, Bases::REGS);
-    }
     dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], rbx);
     if eager {
         dynasm!(a ; .arch x64 ; gs mov QWORD [IS4], rsi);
@@ -1651,10 +1642,11 @@ fn inline_ret_tail(
         ; mov QWORD [rdx + frame], rbx
     );
     if eager {
-        dynasm!(a ; .arch x64 ; mov rax, rbx ; gs mov rsi, QWORD [IS4]);
+        dynasm!(a ; .arch x64 ; gs mov rsi, QWORD [IS4]);
     }
     dynasm!(a
         ; .arch x64
+        ; mov rax, rbx
         ; gs mov rbx, QWORD [IS3]
         ; jmp =>after_charge
     );
@@ -1953,12 +1945,12 @@ fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump) {
 }
 
 /// The call case's charge of the previous block (lazy charging; rax = the plan, rbx = the
-/// callee's activation count): as the jump case does, or after the stub case the stub, to
-/// the caller's skipped-cost sink, without an execution.
+/// callee's activation count): as the jump case does, or after the stub case the stub's Ir
+/// to the caller's skipped-cost sink, without an execution (the running Ir has it since
+/// the stub case).
 fn lazy_call_charge(a: &mut Asm) {
     let JumpOffsets {
         lcount,
-        ir,
         nonskipped,
         fn_active,
         ..
@@ -1969,7 +1961,7 @@ fn lazy_call_charge(a: &mut Asm) {
         ; cmp QWORD [rdx + nonskipped], -1
         ; jne >stub_charge
     );
-    charge_previous(a, Bases::REGS);
+    count_previous(a, Bases::REGS);
     dynasm!(a
         ; .arch x64
         ; jmp >charged
@@ -1978,7 +1970,6 @@ fn lazy_call_charge(a: &mut Asm) {
         ; mov rbx, QWORD [rdx + lcount]
         ; mov rbx, QWORD [rbx + 8]
         ; add QWORD [rcx], rbx
-        ; add QWORD [rdx + ir], rbx
         ; mov rbx, QWORD [rax + p.to_fn]
         ; shl rbx, 2
         ; add rbx, QWORD [rdx + fn_active]
@@ -1987,20 +1978,13 @@ fn lazy_call_charge(a: &mut Asm) {
 }
 
 /// Lazy charging of the previous block (the state at `b.st`, `b.x` free, flags saved or
-/// dead): one execution on its counter, its Ir (the word after the counter) to the running
-/// Ir.
-#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
-fn charge_previous(a: &mut Asm, b: Bases) {
-    let JumpOffsets { lcount, ir, .. } = JUMP_OFF;
+/// dead): one execution on its counter. Its Ir went to the running Ir's delta when it was
+/// entered (`enter_block`), so that this charge is one load and one increment instead of
+/// a chain of two dependent loads.
+fn count_previous(a: &mut Asm, b: Bases) {
     let x = b.x;
-    load(a, x, b.st, lcount);
+    load(a, x, b.st, JUMP_OFF.lcount);
     inc_at(a, x);
-    if x == RCX {
-        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rcx + 8]);
-    } else {
-        dynasm!(a ; .arch x64 ; mov Rq(x), QWORD [Rq(x) + 8]);
-    }
-    add_reg(a, b.st, ir, x);
 }
 
 /// Where an inline case finds the state and the block's record (or plan): in rdx and rax
@@ -2057,16 +2041,6 @@ fn store_imm(a: &mut Asm, base: Base, off: i32, imm: i32) {
         Base::Rdx => dynasm!(a ; .arch x64 ; mov QWORD [rdx + off], imm),
         Base::Rax => dynasm!(a ; .arch x64 ; mov QWORD [rax + off], imm),
         Base::Abs(at) => dynasm!(a ; .arch x64 ; mov QWORD [at + off], imm),
-    }
-}
-
-/// `add [base + off], x`.
-#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
-fn add_reg(a: &mut Asm, base: Base, off: i32, x: u8) {
-    match base {
-        Base::Rdx => dynasm!(a ; .arch x64 ; add QWORD [rdx + off], Rq(x)),
-        Base::Rax => dynasm!(a ; .arch x64 ; add QWORD [rax + off], Rq(x)),
-        Base::Abs(at) => dynasm!(a ; .arch x64 ; add QWORD [at + off], Rq(x)),
     }
 }
 
@@ -2321,7 +2295,7 @@ fn inline_stub(
         // Commit: charge the caller's block, as the jump case does (with eager charging it
         // was charged when it started).
         if j.eager.is_none() {
-            charge_previous(a, Bases::REGS);
+            count_previous(a, Bases::REGS);
         }
         dynasm!(a
             ; .arch x64
@@ -2347,8 +2321,11 @@ fn inline_stub(
         if tail {
             dynasm!(a ; .arch x64 ; mov rcx, QWORD [rsi + fl.sp] ; mov QWORD [rdx + top], rcx);
         }
+        // The stub is entered after its frame took the running cost.
         if let Some(more) = j.eager {
             stub_eager_charge(a, j, more);
+        } else {
+            dynasm!(a ; .arch x64 ; add QWORD [rdx + JUMP_OFF.ir], j.ir as i32);
         }
     };
     commit(a, false);
@@ -2601,7 +2578,7 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, b: Bases) {
         ..
     } = JUMP_OFF;
     if j.eager.is_none() {
-        charge_previous(a, b);
+        count_previous(a, b);
     }
     inc_mem(a, b.st, bbs);
     enter_block(a, j, (rcount, rmiss, rplan), b);
@@ -2609,8 +2586,9 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, b: Bases) {
 
 /// Makes this block the last one (the state at `b.st`, the record or plan holding its cost
 /// centre's counter, miss array and plan at `b.rec + (count, miss, plan)`, `b.x` free, the
-/// flags saved or dead): with `InlineJump::eager` it is charged now (its counter, Ir and
-/// further static costs) and the miss helpers are pointed at its cost centre; it notes
+/// flags saved or dead): its Ir goes to the running Ir's delta; with `InlineJump::eager` it
+/// is charged now (its counter and further static costs too) and the miss helpers are
+/// pointed at its cost centre; it notes
 /// whether the block ends in a `ret` or call the next block may take inline.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
 fn enter_block(
@@ -2629,9 +2607,11 @@ fn enter_block(
     let x = b.x;
     load(a, x, b.rec, count);
     store(a, b.st, lcount, x);
+    // Lazily too, the block's Ir goes to the running Ir's delta now (`count_previous`);
+    // the tool takes it off again while the block is the last one (`inline_pull`).
+    add_imm(a, b.st, ir, j.ir as i32);
     if let Some(more) = j.eager {
         inc_at(a, x);
-        add_imm(a, b.st, ir, j.ir as i32);
         load(a, x, b.rec, miss);
         store(a, b.st, cur_miss, x);
         for (k, &n) in more.iter().enumerate() {

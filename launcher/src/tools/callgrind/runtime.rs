@@ -2298,9 +2298,17 @@ impl Runtime {
         // The last block's counter is the first field of its cost centre.
         let count = js.last_count.load(Ordering::Relaxed) as *mut u64;
         // SAFETY: the inline paths only store counters of boxed cost centres (never freed).
-        let (last, last_bb) = unsafe {
+        let (last, last_bb, last_ir) = unsafe {
             let c = &*(count as *const Bbcc);
-            (c.id, c.bb)
+            (c.id, c.bb, c.ir)
+        };
+        // The inline paths add a block's Ir when they enter it; lazily it is charged when
+        // the next block starts, so the last one's comes off (`inline_push` put the Ir of
+        // the block it left as the last one in beforehand).
+        let ir = if self.eager {
+            ir
+        } else {
+            ir.wrapping_sub(last_ir)
         };
         // SAFETY: plain writes to the thread's own fields (volatile: no vector code in the
         // fast path).
@@ -2375,6 +2383,15 @@ impl Runtime {
         jump()
             .last_count
             .store(f.last_count as u64, Ordering::Relaxed);
+        // Lazily, the running Ir's delta holds the last block's Ir while it is the last one
+        // (see `inline_pull`).
+        let pre = if self.eager || f.last_count.is_null() {
+            0
+        } else {
+            // SAFETY: a counter of a boxed cost centre (never freed), its first field.
+            unsafe { (*(f.last_count as *const Bbcc)).ir }
+        };
+        js.ir.store(pre, Ordering::Relaxed);
         jump()
             .expect
             .store(expect.unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -3095,10 +3112,13 @@ mod tests {
         let last_ir = unsafe { *(jump().last_count.load(Ordering::Relaxed) as *const u64).add(1) };
         assert_eq!(last_ir, 3);
         assert_eq!(jump().top_sp.load(Ordering::Relaxed), i64::MAX as u64);
-        // What the inline code does for `b`, then folded back.
+        // Lazily the delta holds the last block's Ir (`a`'s 3) while it is the last one.
+        assert_eq!(jump().ir.load(Ordering::Relaxed), 3);
+        // What the inline code does for `b` (its Ir on entry), then folded back: `a`'s
+        // execution is charged, `b`'s is not yet.
         let before = (rt.bb_executions, t.run[R_IR]);
         jump().bbs.store(1, Ordering::Relaxed);
-        jump().ir.store(3, Ordering::Relaxed);
+        jump().ir.fetch_add(2, Ordering::Relaxed);
         jump()
             .last_count
             .store(b.jrec.count.load(Ordering::Relaxed), Ordering::Relaxed);
