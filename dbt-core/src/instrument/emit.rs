@@ -122,14 +122,14 @@ enum SlowKind {
         line_row: Option<(u8, u8)>,
     },
     /// Callgrind's block-start routine past the short form's first entry (`ShortForm`),
-    /// reached with its register borrowed: the short form's second entry and return-case
-    /// dispatch, the full jump case (`inline_jump`) and the Rust fallback; back to `back`
-    /// (the body) in every case. `labels`: the short form's miss, the return case, the full
-    /// form's second entry and its way back, the full form's failure.
+    /// reached with its register borrowed: the short form's second entry, the way on to the
+    /// return case and the Rust fallback; back to `back` (the body) in every case.
+    /// `labels`: the short form's miss, the return case, where the return and call cases
+    /// fail to.
     JumpCold {
         short: ShortForm,
         jump: super::calltrack::InlineJump,
-        labels: [DynamicLabel; 5],
+        labels: [DynamicLabel; 3],
         fallback: Fallback,
     },
     /// The inline jump case's second entry (`inline_jump_alt`), reached when the first
@@ -471,7 +471,7 @@ impl Plan {
                                 kind: SlowKind::JumpCold {
                                     short,
                                     jump,
-                                    labels: [miss, try_ret, try_alt, alt_back, fail],
+                                    labels: [miss, try_ret, fail],
                                     fallback: Fallback {
                                         insn: self.facts[i].insn,
                                         fast,
@@ -484,12 +484,12 @@ impl Plan {
                         } else {
                             mark(a, "clg-full");
                             inline_jump(a, &jump, (done, (try_alt, alt_back), fail), flags_dead);
+                            self.slow.push(Slow {
+                                entry: try_alt,
+                                back: alt_back,
+                                kind: SlowKind::InlineAlt { fail: try_ret },
+                            });
                         }
-                        self.slow.push(Slow {
-                            entry: try_alt,
-                            back: alt_back,
-                            kind: SlowKind::InlineAlt { fail: try_ret },
-                        });
                         // The return and call cases are rarer: out of line, after the block.
                         let ret_fail = if jump.call_case {
                             let try_call = a.new_dynamic_label();
@@ -1209,7 +1209,7 @@ fn inline_jump(
 ///
 /// Split for the layout: the first entry (`ShortForm::emit_hot`) is inline at the block's
 /// start and falls through into the body when it applies; everything else (the second
-/// entry, the dispatch to the return case, `inline_jump` and the Rust fallback) is out of
+/// entry, the way on to the return and call cases and the Rust fallback) is out of
 /// line (`SlowKind::JumpCold`), so that a block's hot code is ~60 bytes followed by its body
 /// instead of a jump over ~700 bytes of rarely run code.
 #[derive(Clone, Copy)]
@@ -1322,11 +1322,12 @@ impl ShortForm {
     /// The out-of-line part, from `second` (placed by the caller) with the register
     /// borrowed: the second entry (python3's interpreter loop runs its blocks at two
     /// recursion levels in turn: 40M of 357M block starts in the 3M loop), to `done` when it
-    /// applies; at `miss`, after a `ret` (where the jump case cannot apply) to the return case
-    /// (`try_ret`, entered as from the full jump case: rax, rcx and rdx saved, rdx = the
-    /// state, rax = the record, the flags saved unless dead); otherwise falls through with
-    /// every register and the flags as they were, to the full jump case (`inline_jump`),
-    /// which checks again.
+    /// applies; at `miss` on to the return case (`try_ret`, entered as from the full jump
+    /// case: rax, rcx and rdx saved, rdx = the state, rax = the record, the flags saved
+    /// unless dead), which checks that the previous block ended in a `ret` and otherwise
+    /// goes on to the call case and the Rust fallback. The full jump case (`inline_jump`)
+    /// is not emitted with a short form: its checks are the short form's, so it never
+    /// applies where they failed.
     fn emit_cold(
         &self,
         a: &mut Asm,
@@ -1337,32 +1338,21 @@ impl ShortForm {
         self.key_test(a, alt, miss);
         self.enter(a, j, alt, miss);
         dynasm!(a ; .arch x64 ; jmp =>done ; =>miss);
-        if j.ret_case {
-            // A `ret` leaves `expect` at none (it does not end plainly), so only the return
-            // case (or those after it) can apply.
-            dynasm!(a
-                ; .arch x64
-                ; cmp QWORD [self.s(JUMP_OFF.exit)], EXIT_RET as i32
-                ; jne >jump_case
-            );
-            let saved_rax = !self.flags_dead;
-            let saved_rcx = self.flags_dead && self.borrowed;
-            if !saved_rax {
-                dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
-            }
-            if !saved_rcx {
-                dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
-            }
-            dynasm!(a
-                ; .arch x64
-                ; gs mov QWORD [IS2], rdx
-                ; mov rdx, QWORD self.st as i64
-                ; mov rax, QWORD self.rec as i64
-                ; jmp =>try_ret
-                ; jump_case:
-            );
+        let saved_rax = !self.flags_dead;
+        let saved_rcx = self.flags_dead && self.borrowed;
+        if !saved_rax {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
         }
-        self.restore(a);
+        if !saved_rcx {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+        }
+        dynasm!(a
+            ; .arch x64
+            ; gs mov QWORD [IS2], rdx
+            ; mov rdx, QWORD self.st as i64
+            ; mov rax, QWORD self.rec as i64
+            ; jmp =>try_ret
+        );
     }
 }
 
@@ -2470,15 +2460,18 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
         SlowKind::JumpCold {
             short,
             jump,
-            labels: [miss, try_ret, try_alt, alt_back, fail],
+            labels: [miss, try_ret, fail],
             fallback,
         } => {
             short.emit_cold(a, &jump, (miss, back, try_ret));
-            inline_jump(
-                a,
-                &jump,
-                (back, (try_alt, alt_back), fail),
-                short.flags_dead,
+            // The return and call cases end here when they do not apply (the flags put
+            // back).
+            dynasm!(a
+                ; .arch x64
+                ; =>fail
+                ; gs mov rdx, QWORD [IS2]
+                ; gs mov rcx, QWORD [IS1]
+                ; gs mov rax, QWORD [IS0]
             );
             call_fallback(a, &fallback)?;
             dynasm!(a ; .arch x64 ; jmp =>back);
