@@ -121,7 +121,37 @@ impl Location {
 struct Module {
     info: ModuleInfo,
     name: Arc<str>,
+    /// What the tables are built from, as [`Symbolizer::new_reusing`] compares it.
+    ident: Option<SourceIdent>,
     tables: OnceLock<Option<ModuleTables>>,
+}
+
+/// A module file's identity (path, inode, size, modification time), or an in-memory
+/// image's bytes: equal identities give equal tables.
+#[derive(Clone, PartialEq, Eq)]
+enum SourceIdent {
+    File(PathBuf, u64, u64, u64, i64, i64),
+    Memory(PathBuf, Vec<u8>),
+}
+
+impl SourceIdent {
+    fn of(info: &ModuleInfo) -> Option<SourceIdent> {
+        use std::os::unix::fs::MetadataExt;
+        match &info.source {
+            ModuleSource::File => {
+                let m = std::fs::metadata(&info.path).ok()?;
+                Some(SourceIdent::File(
+                    info.path.clone(),
+                    m.dev(),
+                    m.ino(),
+                    m.len(),
+                    m.mtime(),
+                    m.mtime_nsec(),
+                ))
+            }
+            ModuleSource::Memory(b) => Some(SourceIdent::Memory(info.path.clone(), b.clone())),
+        }
+    }
 }
 
 /// Answers address lookups for a fixed set of modules. Cheap to create; each module's
@@ -137,6 +167,23 @@ pub struct Symbolizer {
 impl Symbolizer {
     /// A symboliser for `modules`. Nothing is read yet.
     pub fn new(modules: Vec<ModuleInfo>) -> Self {
+        Symbolizer::new_reusing(modules, None)
+    }
+
+    /// A symboliser for `modules` that takes over `previous`'s tables of the modules that are
+    /// still the same files (or images), so that a tool refreshing its module list after each
+    /// `dlopen` builds (or reads from the disk cache, or reads the image of) each module once
+    /// instead of once per refresh.
+    pub fn new_reusing(modules: Vec<ModuleInfo>, previous: Option<Symbolizer>) -> Self {
+        let mut built: Vec<(SourceIdent, OnceLock<Option<ModuleTables>>)> = previous
+            .map(|p| {
+                p.modules
+                    .into_iter()
+                    .filter(|m| m.tables.get().is_some())
+                    .filter_map(|m| Some((m.ident?, m.tables)))
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut ranges = Vec::new();
         for (i, m) in modules.iter().enumerate() {
             for &(s, e) in &m.ranges {
@@ -161,10 +208,18 @@ impl Symbolizer {
         Symbolizer {
             modules: modules
                 .into_iter()
-                .map(|info| Module {
-                    name: Arc::from(info.path.to_string_lossy().as_ref()),
-                    info,
-                    tables: OnceLock::new(),
+                .map(|info| {
+                    let ident = SourceIdent::of(&info);
+                    let tables = match built.iter().position(|b| Some(&b.0) == ident.as_ref()) {
+                        Some(i) => built.swap_remove(i).1,
+                        None => OnceLock::new(),
+                    };
+                    Module {
+                        name: Arc::from(info.path.to_string_lossy().as_ref()),
+                        info,
+                        ident,
+                        tables,
+                    }
                 })
                 .collect(),
             ranges: clean,
@@ -261,5 +316,31 @@ impl Symbolizer {
     pub fn bias_of(&self, addr: u64) -> u64 {
         self.module_of(addr)
             .map_or(0, |m| self.modules[m].info.load_bias)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tables (here: the failure to build them from a file that is not ELF, which is
+    /// reported once per build) pass to the next symboliser while the file stays the same,
+    /// and are built again once it changes.
+    #[test]
+    fn a_refreshed_symbolizer_keeps_the_tables_of_unchanged_files() {
+        let path = std::env::temp_dir().join(format!("rgrind-sym-reuse-{}", std::process::id()));
+        std::fs::write(&path, b"not an ELF file").unwrap();
+        let info = || vec![ModuleInfo::file(&path, 0, vec![(0x1000, 0x2000)])];
+        let first = Symbolizer::new(info());
+        assert_eq!(first.lookup_fast(0x1800).fn_name(), "???");
+        assert_eq!(first.errors().len(), 1);
+        let same = Symbolizer::new_reusing(info(), Some(first));
+        assert_eq!(same.lookup_fast(0x1800).fn_name(), "???");
+        assert!(same.errors().is_empty(), "built again: {:?}", same.errors());
+        std::fs::write(&path, b"still not an ELF file, longer").unwrap();
+        let changed = Symbolizer::new_reusing(info(), Some(same));
+        assert_eq!(changed.lookup_fast(0x1800).fn_name(), "???");
+        assert_eq!(changed.errors().len(), 1);
+        let _ = std::fs::remove_file(&path);
     }
 }

@@ -460,7 +460,8 @@ impl Callgrind {
         }
         if !self.modules.covers(b.start) {
             self.modules.refresh();
-            self.sym = None;
+            let old = self.sym.take();
+            self.sym = Some(dumper::Symbolizer::new_reusing(self.modules.infos(), old));
         }
         let sym = self
             .sym
@@ -887,7 +888,8 @@ impl Callgrind {
         part: u32,
         slot: Option<usize>,
     ) {
-        let sym = dumper::Symbolizer::new(self.modules.infos());
+        // The instrumentation's tables serve the dump too (and come back for later blocks).
+        let sym = dumper::Symbolizer::new_reusing(self.modules.infos(), self.sym.take());
         let th = slot.and_then(|i| rt.threads.get(i)).map(|t| (t.th, t.tid));
         let mut data = self.collect(rt, th.map(|x| x.0));
         let cmd = dumper::callgrind::callgrind_cmd(&self.exe, &self.args);
@@ -966,6 +968,7 @@ impl Callgrind {
                 "Error: can not write the Callgrind output file: {e}"
             ));
         }
+        self.sym = Some(sym);
     }
 
     /// Acts on the function entry/exit triggers met by the block-start routine, then charges
