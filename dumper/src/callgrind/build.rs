@@ -348,7 +348,7 @@ impl CallgrindData {
                 }
             };
             for (&addr, costs) in &b.instrs {
-                let loc = sym.lookup_fast(addr);
+                let loc = sym.lookup_line(addr);
                 let file = loc.file_name().to_string();
                 let pos = position(&loc);
                 if let Some(c) = costs {
@@ -370,7 +370,7 @@ impl CallgrindData {
                 flush(&mut run, &mut entries);
                 if let Some(jumps) = jumps {
                     for j in jumps {
-                        let tloc = sym.lookup_fast(j.to_addr);
+                        let tloc = sym.lookup_line(j.to_addr);
                         if !opts.dump_instr && tloc.line == 0 {
                             continue;
                         }
@@ -392,7 +392,7 @@ impl CallgrindData {
                     calls.sort_by_key(|a| (a.to_ctx, a.to_rec));
                     for a in calls {
                         let callee = &infos[a.to_ctx];
-                        let tloc = sym.lookup_fast(self.contexts[a.to_ctx].entry);
+                        let tloc = sym.lookup_line(self.contexts[a.to_ctx].entry);
                         entries.push(ClEntry::Call {
                             file: file.clone(),
                             cob: callee.object.clone(),

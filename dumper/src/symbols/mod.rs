@@ -280,6 +280,21 @@ impl Symbolizer {
 
     /// Lookup without the inlined chain (what the writers need; much cheaper).
     pub fn lookup_fast(&self, addr: u64) -> Location {
+        let mut loc = self.lookup_line(addr);
+        let Some(mi) = self.module_of(addr) else {
+            return loc;
+        };
+        let m = &self.modules[mi];
+        if let Some(sym) = self.tables(m).and_then(|t| t.symbol(loc.offset)) {
+            loc.function = Some(demangle::present(demangle::demangle(&sym.raw)));
+            loc.function_start = Some(sym.start.wrapping_add(m.info.load_bias));
+        }
+        loc
+    }
+
+    /// [`Symbolizer::lookup_fast`] without the function (no symbol search, no demangling):
+    /// the object, offset, file, line and section, what a position in an output file needs.
+    pub fn lookup_line(&self, addr: u64) -> Location {
         let mut loc = Location {
             object: None,
             offset: addr,
@@ -300,10 +315,6 @@ impl Symbolizer {
         let Some(t) = self.tables(m) else {
             return loc;
         };
-        if let Some(sym) = t.symbol(off) {
-            loc.function = Some(demangle::present(demangle::demangle(&sym.raw)));
-            loc.function_start = Some(sym.start.wrapping_add(m.info.load_bias));
-        }
         if let Some((f, line)) = t.line(off) {
             loc.file = t.files.get(f as usize).cloned();
             loc.line = line;

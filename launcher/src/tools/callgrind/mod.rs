@@ -467,7 +467,6 @@ impl Callgrind {
             .sym
             .get_or_insert_with(|| dumper::Symbolizer::new(self.modules.infos()));
         let loc = sym.lookup_fast(b.start);
-        let obj_name = loc.object_name().to_string();
         let file = loc.file_name().to_string();
         let name = loc
             .function
@@ -488,8 +487,14 @@ impl Callgrind {
                     && (at.function_start == Some(t)
                         || at.section == dumper::symbols::SectionKind::Plt)
             });
-        let n = self.objs.len() as u32;
-        let obj = *self.objs.entry(obj_name).or_insert(n);
+        let obj = match self.objs.get(loc.object_name()) {
+            Some(&o) => o,
+            None => {
+                let n = self.objs.len() as u32;
+                self.objs.insert(loc.object_name().to_string(), n);
+                n
+            }
+        };
         let nf = self.fns.len() as u32;
         let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
         if fn_id == nf {
@@ -757,8 +762,8 @@ impl Callgrind {
         let mut costs: BTreeMap<(usize, u32, u64), Vec<u64>> = BTreeMap::new();
         let add = |costs: &mut BTreeMap<(usize, u32, u64), Vec<u64>>, key, r: &[u64; RUN]| {
             let e = costs.entry(key).or_insert_with(|| vec![0; n_ev]);
-            for (x, y) in e.iter_mut().zip(project(r)) {
-                *x += y;
+            for (x, &(_, i)) in e.iter_mut().zip(&map) {
+                *x += r[i];
             }
         };
         let s = rt.miss_slots;
