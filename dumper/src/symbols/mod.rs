@@ -18,8 +18,9 @@ mod cache;
 pub mod demangle;
 pub(crate) mod elf;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 pub use elf::{InlinedFrame, SectionKind};
 
@@ -124,6 +125,9 @@ struct Module {
     /// What the tables are built from, as [`Symbolizer::new_reusing`] compares it.
     ident: Option<SourceIdent>,
     tables: OnceLock<Option<ModuleTables>>,
+    /// Demangled (and presented) function names by symbol start: the writers look up every
+    /// instruction, and demangling a Rust or C++ name costs more than the lookup.
+    names: Mutex<HashMap<u64, String>>,
 }
 
 /// A module file's identity (path, inode, size, modification time), or an in-memory
@@ -175,12 +179,13 @@ impl Symbolizer {
     /// `dlopen` builds (or reads from the disk cache, or reads the image of) each module once
     /// instead of once per refresh.
     pub fn new_reusing(modules: Vec<ModuleInfo>, previous: Option<Symbolizer>) -> Self {
-        let mut built: Vec<(SourceIdent, OnceLock<Option<ModuleTables>>)> = previous
+        type Built = (OnceLock<Option<ModuleTables>>, Mutex<HashMap<u64, String>>);
+        let mut built: Vec<(SourceIdent, Built)> = previous
             .map(|p| {
                 p.modules
                     .into_iter()
                     .filter(|m| m.tables.get().is_some())
-                    .filter_map(|m| Some((m.ident?, m.tables)))
+                    .filter_map(|m| Some((m.ident?, (m.tables, m.names))))
                     .collect()
             })
             .unwrap_or_default();
@@ -210,15 +215,17 @@ impl Symbolizer {
                 .into_iter()
                 .map(|info| {
                     let ident = SourceIdent::of(&info);
-                    let tables = match built.iter().position(|b| Some(&b.0) == ident.as_ref()) {
-                        Some(i) => built.swap_remove(i).1,
-                        None => OnceLock::new(),
-                    };
+                    let (tables, names) =
+                        match built.iter().position(|b| Some(&b.0) == ident.as_ref()) {
+                            Some(i) => built.swap_remove(i).1,
+                            None => Default::default(),
+                        };
                     Module {
                         name: Arc::from(info.path.to_string_lossy().as_ref()),
                         info,
                         ident,
                         tables,
+                        names,
                     }
                 })
                 .collect(),
@@ -286,7 +293,11 @@ impl Symbolizer {
         };
         let m = &self.modules[mi];
         if let Some(sym) = self.tables(m).and_then(|t| t.symbol(loc.offset)) {
-            loc.function = Some(demangle::present(demangle::demangle(&sym.raw)));
+            let mut names = m.names.lock().unwrap_or_else(|e| e.into_inner());
+            let name = names
+                .entry(sym.start)
+                .or_insert_with(|| demangle::present(demangle::demangle(&sym.raw)));
+            loc.function = Some(name.clone());
             loc.function_start = Some(sym.start.wrapping_add(m.info.load_bias));
         }
         loc
