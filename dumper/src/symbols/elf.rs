@@ -110,6 +110,41 @@ fn elf_err(path: &Path, e: impl std::fmt::Display) -> DumpError {
 }
 
 impl ModuleTables {
+    /// The tables of the ELF file at `path` when the disk cache has them, reading only the
+    /// parts of the file that the cache key needs (headers, build id, debug link) instead of
+    /// the whole image (rustup's 20 MB were a tenth of a short run under cachegrind).
+    pub(crate) fn from_cache(path: &Path) -> Option<Self> {
+        let data = object::read::ReadCache::new(std::fs::File::open(path).ok()?);
+        let file = object::File::parse(&data).ok()?;
+        let endian = if file.is_little_endian() {
+            gimli::RunTimeEndian::Little
+        } else {
+            gimli::RunTimeEndian::Big
+        };
+        let debug_path = find_debug_file(path, &file);
+        let key = cache::key(path, file.build_id().ok().flatten(), debug_path.as_deref())?;
+        let c = cache::load(key)?;
+        Some(ModuleTables::cached(c, path, debug_path, endian))
+    }
+
+    fn cached(
+        c: cache::Cached,
+        path: &Path,
+        debug_path: Option<PathBuf>,
+        endian: gimli::RunTimeEndian,
+    ) -> Self {
+        ModuleTables {
+            syms: c.syms,
+            sections: c.sections,
+            files: c.files,
+            rows: c.rows,
+            dwarf_sections: OnceLock::new(),
+            dwarf_from: Some((path.to_path_buf(), debug_path)),
+            endian,
+            inline_ctx: OnceLock::new(),
+        }
+    }
+
     /// Builds the tables for an ELF image (`data`) whose name is `path`.
     pub(crate) fn build(path: &Path, data: &[u8], look_for_debug: bool) -> Result<Self, DumpError> {
         let file = object::File::parse(data).map_err(|e| elf_err(path, e))?;
@@ -126,16 +161,7 @@ impl ModuleTables {
             .then(|| cache::key(path, file.build_id().ok().flatten(), debug_path.as_deref()))
             .flatten();
         if let Some(c) = key.and_then(cache::load) {
-            return Ok(ModuleTables {
-                syms: c.syms,
-                sections: c.sections,
-                files: c.files,
-                rows: c.rows,
-                dwarf_sections: OnceLock::new(),
-                dwarf_from: Some((path.to_path_buf(), debug_path)),
-                endian,
-                inline_ctx: OnceLock::new(),
-            });
+            return Ok(ModuleTables::cached(c, path, debug_path, endian));
         }
         let mut named: HashMap<u64, (u64, Arc<str>)> = HashMap::new();
         let mut sections = Vec::new();
@@ -306,7 +332,10 @@ fn add_name(named: &mut HashMap<u64, (u64, Arc<str>)>, addr: u64, size: u64, nam
 
 /// Finds the separate debug file: build-id first, then `.gnu_debuglink` next to the file,
 /// in `.debug/` and under `/usr/lib/debug`.
-fn find_debug_file(path: &Path, file: &object::File) -> Option<PathBuf> {
+fn find_debug_file<'d, R: object::ReadRef<'d>>(
+    path: &Path,
+    file: &object::File<'d, R>,
+) -> Option<PathBuf> {
     if let Ok(Some(id)) = file.build_id() {
         if id.len() >= 2 {
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();

@@ -255,9 +255,12 @@ impl Symbolizer {
             .get_or_init(|| {
                 let built = match &m.info.source {
                     ModuleSource::Memory(bytes) => ModuleTables::build(&m.info.path, bytes, false),
-                    ModuleSource::File => match std::fs::read(&m.info.path) {
-                        Ok(bytes) => ModuleTables::build(&m.info.path, &bytes, true),
-                        Err(e) => Err(DumpError::read(&m.info.path, e)),
+                    ModuleSource::File => match ModuleTables::from_cache(&m.info.path) {
+                        Some(t) => Ok(t),
+                        None => match std::fs::read(&m.info.path) {
+                            Ok(bytes) => ModuleTables::build(&m.info.path, &bytes, true),
+                            Err(e) => Err(DumpError::read(&m.info.path, e)),
+                        },
                     },
                 };
                 match built {
