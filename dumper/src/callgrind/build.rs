@@ -276,7 +276,11 @@ impl CallgrindData {
             jumps: HashMap<u64, Vec<&'a JumpArc>>,
         }
         let mut blocks: BTreeMap<(usize, u32), Block> = BTreeMap::new();
-        for ((ctx, rec, addr), c) in &self.costs {
+        // `costs` is ordered by (context, level, address): each group's instructions come
+        // together and in order, for one bulk-built map per group.
+        let mut group: Vec<(u64, Option<&Vec<u64>>)> = Vec::new();
+        let mut costs = self.costs.iter().peekable();
+        while let Some(((ctx, rec, addr), c)) = costs.next() {
             if *ctx >= nctx {
                 return Err(bad_ctx(*ctx));
             }
@@ -286,11 +290,19 @@ impl CallgrindData {
                     c.len()
                 )));
             }
-            blocks
-                .entry((*ctx, *rec))
-                .or_default()
-                .instrs
-                .insert(*addr, Some(c));
+            group.push((*addr, Some(c)));
+            if costs
+                .peek()
+                .is_none_or(|((x, r, _), _)| (x, r) != (ctx, rec))
+            {
+                blocks.insert(
+                    (*ctx, *rec),
+                    Block {
+                        instrs: group.drain(..).collect(),
+                        ..Block::default()
+                    },
+                );
+            }
         }
         for a in &self.calls {
             if a.from_ctx >= nctx || a.to_ctx >= nctx {

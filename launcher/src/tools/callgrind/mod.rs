@@ -50,7 +50,7 @@ use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, Jum
 use runtime::{BlockInfo, Exit, FnFlags, InsnStat, JumpExit, Runtime, ThreadState, Trigger};
 use runtime::{CASE_CALL, CASE_RET};
 use runtime::{N_STATIC, RUN, R_BC, R_BI, R_DR, R_DW, R_IR, R_MISS};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub use options::accepts;
@@ -747,7 +747,6 @@ impl Callgrind {
         let rt: &Runtime = rt;
         let map = self.event_map();
         let project = |r: &[u64; RUN]| -> Vec<u64> { map.iter().map(|&(_, i)| r[i]).collect() };
-        let n_ev = map.len();
         let mut d = CallgrindData::default();
         for c in &rt.cxts {
             d.contexts.push(FnContext {
@@ -759,13 +758,11 @@ impl Callgrind {
                 n_ids: c.recs,
             });
         }
-        let mut costs: BTreeMap<(usize, u32, u64), Vec<u64>> = BTreeMap::new();
-        let add = |costs: &mut BTreeMap<(usize, u32, u64), Vec<u64>>, key, r: &[u64; RUN]| {
-            let e = costs.entry(key).or_insert_with(|| vec![0; n_ev]);
-            for (x, &(_, i)) in e.iter_mut().zip(&map) {
-                *x += r[i];
-            }
-        };
+        // Every instruction's cost, sorted and summed per key afterwards (instead of a map
+        // lookup per instruction): the key's cost centres (blocks overlapping at that
+        // address) add up.
+        type Keyed = ((usize, u32, u64), Vec<u64>);
+        let mut flat: Vec<Keyed> = Vec::new();
         let s = rt.miss_slots;
         for (id, b) in rt.bbccs.iter().enumerate() {
             let skipped = b.skipped.iter().any(|&x| x != 0);
@@ -808,14 +805,27 @@ impl Callgrind {
                     for m in 0..s {
                         r[R_MISS + m] = b.miss.get(i * s + m).copied().unwrap_or(0);
                     }
-                    add(&mut costs, (cx, rec, a), &r);
+                    flat.push(((cx, rec, a), project(&r)));
                 }
             }
             if skipped {
-                add(&mut costs, (cx, rec, info.last_insn), &b.skipped);
+                flat.push(((cx, rec, info.last_insn), project(&b.skipped)));
             }
         }
-        d.costs = costs;
+        flat.sort_unstable_by_key(|e| e.0);
+        let mut merged: Vec<Keyed> = Vec::with_capacity(flat.len());
+        for (key, c) in flat {
+            match merged.last_mut() {
+                Some((k, acc)) if *k == key => {
+                    for (x, y) in acc.iter_mut().zip(c) {
+                        *x += y;
+                    }
+                }
+                _ => merged.push((key, c)),
+            }
+        }
+        // Sorted input: a bulk build.
+        d.costs = merged.into_iter().collect();
         for j in &rt.jccs {
             let (f, t) = (&rt.bbccs[j.from as usize], &rt.bbccs[j.to as usize]);
             let inclusive = project(&j.incl);
