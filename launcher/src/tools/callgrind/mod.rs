@@ -758,70 +758,95 @@ impl Callgrind {
                 n_ids: c.recs,
             });
         }
-        // Every instruction's cost, sorted and summed per key afterwards (instead of a map
-        // lookup per instruction): the key's cost centres (blocks overlapping at that
-        // address) add up.
-        type Keyed = ((usize, u32, u64), Vec<u64>);
-        let mut flat: Vec<Keyed> = Vec::new();
+        // The cost centres to write, grouped by (context, level); per group their
+        // instructions by address, summed per address (blocks overlapping there add up):
+        // sorted input for a bulk build of the map, instead of a map lookup per instruction.
         let s = rt.miss_slots;
-        for (id, b) in rt.bbccs.iter().enumerate() {
-            let skipped = b.skipped.iter().any(|&x| x != 0);
+        let insn_cost = |b: &runtime::Bbcc, info: &BlockInfo, i: usize| -> [u64; RUN] {
+            let c = b.count;
+            let st = info.insn_stat.get(i).copied().unwrap_or_default();
+            let kind = info.insn_rep.get(i).copied().unwrap_or(RepKind::None);
+            // The first entry of a `rep` is counted with the block.
+            let (extra, iters) = info
+                .rep
+                .iter()
+                .position(|&(ri, _)| ri == i)
+                .map_or((0, 0), |k| (b.rep_extra[k], b.rep_iters[k]));
+            let per = match kind {
+                RepKind::None => c,
+                RepKind::Plain => extra,
+                RepKind::Cond => iters,
+            };
+            let mut r = [0u64; RUN];
+            r[R_IR] = c + extra;
+            r[R_DR] = per * st.dr;
+            r[R_DW] = per * st.dw;
+            r[R_BC] = match kind {
+                RepKind::None => 0,
+                RepKind::Plain => c + extra,
+                RepKind::Cond => c + extra + iters,
+            } + if st.cond { c } else { 0 }
+                + if st.cas_exit { c } else { 0 };
+            r[R_BI] = if st.ind { c } else { 0 };
+            for m in 0..s {
+                r[R_MISS + m] = b.miss.get(i * s + m).copied().unwrap_or(0);
+            }
+            r
+        };
+        // Per cost centre: (self costs, skipped-function costs) to write. Self costs only
+        // with a finished execution (they stay for a later dump otherwise, see
+        // `Runtime::finished`); skipped-function costs always.
+        let parts = |id: usize, b: &runtime::Bbcc| -> (bool, bool) {
+            if th.is_some_and(|x| x != b.th) {
+                return (false, false);
+            }
             let fin = done.get(id).is_some_and(|&n| n > 0);
-            if (!fin && !skipped) || th.is_some_and(|x| x != b.th) {
-                continue;
+            (fin, b.skipped.iter().any(|&x| x != 0))
+        };
+        let mut ids: Vec<usize> = (0..rt.bbccs.len())
+            .filter(|&id| parts(id, &rt.bbccs[id]) != (false, false))
+            .collect();
+        ids.sort_by_key(|&id| (rt.bbccs[id].cxt, rt.bbccs[id].rec));
+        /// The instruction index that stands for a cost centre's skipped-function costs.
+        const SKIPPED: usize = usize::MAX;
+        let mut merged: Vec<((usize, u32, u64), Vec<u64>)> = Vec::new();
+        let mut group: Vec<(u64, usize, usize)> = Vec::new();
+        for same in ids.chunk_by(|&x, &y| {
+            let (x, y) = (&rt.bbccs[x], &rt.bbccs[y]);
+            (x.cxt, x.rec) == (y.cxt, y.rec)
+        }) {
+            group.clear();
+            for &id in same {
+                let b = &rt.bbccs[id];
+                // SAFETY: leaked BlockInfo.
+                let info = unsafe { &*b.bb };
+                let (fin, skipped) = parts(id, b);
+                if fin {
+                    group.extend(info.insn_addrs.iter().enumerate().map(|(i, &a)| (a, id, i)));
+                }
+                if skipped {
+                    group.push((info.last_insn, id, SKIPPED));
+                }
             }
-            // SAFETY: leaked BlockInfo.
-            let info = unsafe { &*b.bb };
-            let (cx, rec) = (b.cxt as usize, b.rec);
-            // Self costs only with a finished execution (they stay for a later dump
-            // otherwise, see `Runtime::finished`); skipped-function costs always.
-            if fin {
-                for (i, &a) in info.insn_addrs.iter().enumerate() {
-                    let c = b.count;
-                    let st = info.insn_stat.get(i).copied().unwrap_or_default();
-                    let kind = info.insn_rep.get(i).copied().unwrap_or(RepKind::None);
-                    // The first entry of a `rep` is counted with the block.
-                    let (extra, iters) = info
-                        .rep
-                        .iter()
-                        .position(|&(ri, _)| ri == i)
-                        .map_or((0, 0), |k| (b.rep_extra[k], b.rep_iters[k]));
-                    let per = match kind {
-                        RepKind::None => c,
-                        RepKind::Plain => extra,
-                        RepKind::Cond => iters,
+            group.sort_unstable();
+            let first = &rt.bbccs[same[0]];
+            let (cx, rec) = (first.cxt as usize, first.rec);
+            for at in group.chunk_by(|x, y| x.0 == y.0) {
+                let mut acc = vec![0u64; map.len()];
+                for &(_, id, i) in at {
+                    let b = &rt.bbccs[id];
+                    let r = if i == SKIPPED {
+                        b.skipped
+                    } else {
+                        // SAFETY: leaked BlockInfo.
+                        let info = unsafe { &*b.bb };
+                        insn_cost(b, info, i)
                     };
-                    let mut r = [0u64; RUN];
-                    r[R_IR] = c + extra;
-                    r[R_DR] = per * st.dr;
-                    r[R_DW] = per * st.dw;
-                    r[R_BC] = match kind {
-                        RepKind::None => 0,
-                        RepKind::Plain => c + extra,
-                        RepKind::Cond => c + extra + iters,
-                    } + if st.cond { c } else { 0 }
-                        + if st.cas_exit { c } else { 0 };
-                    r[R_BI] = if st.ind { c } else { 0 };
-                    for m in 0..s {
-                        r[R_MISS + m] = b.miss.get(i * s + m).copied().unwrap_or(0);
-                    }
-                    flat.push(((cx, rec, a), project(&r)));
-                }
-            }
-            if skipped {
-                flat.push(((cx, rec, info.last_insn), project(&b.skipped)));
-            }
-        }
-        flat.sort_unstable_by_key(|e| e.0);
-        let mut merged: Vec<Keyed> = Vec::with_capacity(flat.len());
-        for (key, c) in flat {
-            match merged.last_mut() {
-                Some((k, acc)) if *k == key => {
-                    for (x, y) in acc.iter_mut().zip(c) {
-                        *x += y;
+                    for (x, &(_, k)) in acc.iter_mut().zip(&map) {
+                        *x += r[k];
                     }
                 }
-                _ => merged.push((key, c)),
+                merged.push(((cx, rec, at[0].0), acc));
             }
         }
         // Sorted input: a bulk build.
@@ -862,6 +887,12 @@ impl Callgrind {
     /// `--separate-threads=yes` each thread slot gets its own file (`only_current`: the
     /// running thread's alone, as for client requests); all share the part number.
     fn dump(&mut self, trigger: Option<&str>, only_current: bool) {
+        self.dump_then_zero(trigger, only_current, true);
+    }
+
+    /// `dump`, zeroing what it wrote only when `zero` (the last dump of a process that
+    /// exits needs no zeroing: a tenth of a short run's dump time went there).
+    fn dump_then_zero(&mut self, trigger: Option<&str>, only_current: bool, zero: bool) {
         let Some(rt) = self.runtime() else { return };
         self.modules.refresh();
         let part = self.dumps + 1;
@@ -873,12 +904,16 @@ impl Callgrind {
             for i in slots {
                 rt.flush_active(Some(i));
                 self.write_part(rt, trigger, part, Some(i));
-                rt.zero(Some(i), true);
+                if zero {
+                    rt.zero(Some(i), true);
+                }
             }
         } else {
             rt.flush_active(None);
             self.write_part(rt, trigger, part, None);
-            rt.zero(None, true);
+            if zero {
+                rt.zero(None, true);
+            }
         }
         self.dumps = part;
         // As Callgrind, a dump counts as an executed block.
@@ -1192,7 +1227,8 @@ impl Tool for Callgrind {
 
     fn fini(&mut self, reason: FiniReason) {
         self.handle_triggers();
-        self.dump(None, false);
+        // An exec that fails goes on running, to dump again later.
+        self.dump_then_zero(None, false, reason == FiniReason::Exec);
         if self.quiet || reason == FiniReason::Exec {
             return;
         }
