@@ -327,7 +327,9 @@ impl Cachegrind {
     fn collect(&self) -> (BTreeMap<u64, Vec<u64>>, summary::Totals) {
         dbt_core::tool::fold_block_counters();
         let n_events = self.events().len();
-        let mut costs: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        // Every instruction's costs, sorted and summed per address afterwards (blocks overlap)
+        // for a bulk build of the map, instead of a map lookup per instruction.
+        let mut flat: Vec<(u64, [u64; 13])> = Vec::new();
         let mut t = summary::Totals::default();
         for rec in self.blocks.values() {
             // SAFETY: the cost array has 1 + SLOTS * insns.len() entries (allocated so in
@@ -382,13 +384,22 @@ impl Cachegrind {
                     t.bim += slot[S_BIM];
                 }
                 t.ir += ir;
-                let e = costs.entry(s.addr).or_insert_with(|| vec![0; n_events]);
-                for (a, b) in e.iter_mut().zip(&v) {
-                    *a += b;
-                }
+                flat.push((s.addr, v));
             }
         }
-        (costs, t)
+        flat.sort_unstable_by_key(|e| e.0);
+        let mut costs: Vec<(u64, Vec<u64>)> = Vec::with_capacity(flat.len());
+        for (addr, v) in flat {
+            match costs.last_mut() {
+                Some((a, acc)) if *a == addr => {
+                    for (x, y) in acc.iter_mut().zip(&v) {
+                        *x += y;
+                    }
+                }
+                _ => costs.push((addr, v[..n_events].to_vec())),
+            }
+        }
+        (costs.into_iter().collect(), t)
     }
 
     fn write_profile(&mut self, costs: &BTreeMap<u64, Vec<u64>>) -> Result<(), String> {
