@@ -2,6 +2,7 @@
 //! write at the end.
 pub mod cachegrind;
 pub mod callgrind;
+pub mod fast_hash;
 pub mod none;
 
 use crate::cli::ToolName;

@@ -26,7 +26,7 @@ use dbt_core::tool::{
     AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
     InsnView, Instrumenter, LlHitCount, MruCache, RepKind, Tool,
 };
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
 pub use options::OPTION_NAMES;
@@ -233,7 +233,7 @@ pub struct Cachegrind {
     caches: Option<Caches>,
     quiet: bool,
     instrumenting: bool,
-    blocks: HashMap<(u64, u64), BlockRec>,
+    blocks: crate::tools::fast_hash::FastMap<(u64, u64), BlockRec>,
     modules: modules::Modules,
     cmd: String,
     cwd: std::path::PathBuf,
@@ -303,7 +303,7 @@ impl Cachegrind {
                 caches,
                 quiet,
                 instrumenting,
-                blocks: HashMap::new(),
+                blocks: Default::default(),
                 modules: modules::Modules::default(),
                 cmd,
                 cwd: std::env::current_dir().unwrap_or_default(),

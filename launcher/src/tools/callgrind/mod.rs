@@ -41,6 +41,7 @@ pub mod runtime;
 
 use super::cachegrind::modules::Modules;
 use super::cachegrind::StartupLine;
+use crate::tools::fast_hash::{FastMap, FastSet};
 use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
 use dbt_core::tool::{
     AfterMiss, BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, InlineJump,
@@ -50,7 +51,6 @@ use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, Jum
 use runtime::{BlockInfo, Exit, FnFlags, InsnStat, JumpExit, Runtime, ThreadState, Trigger};
 use runtime::{CASE_CALL, CASE_RET};
 use runtime::{N_STATIC, RUN, R_BC, R_BI, R_DR, R_DW, R_IR, R_MISS};
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub use options::accepts;
@@ -289,14 +289,14 @@ pub struct Callgrind {
     opts: options::ClOptions,
     quiet: bool,
     instrumenting: bool,
-    blocks: HashMap<(u64, u64), *const BlockInfo>,
+    blocks: FastMap<(u64, u64), *const BlockInfo>,
     /// Targets of the direct calls and return addresses of the calls translated so far:
     /// the blocks that get the out-of-line call and return cases (see `instrument`).
-    call_sites: HashSet<u64>,
-    ret_sites: HashSet<u64>,
+    call_sites: FastSet<u64>,
+    ret_sites: FastSet<u64>,
     fns: Vec<FnNode>,
-    fn_map: HashMap<(u32, String, String), u32>,
-    objs: HashMap<String, u32>,
+    fn_map: FastMap<(u32, String, String), u32>,
+    objs: FastMap<String, u32>,
     modules: Modules,
     sym: Option<dumper::Symbolizer>,
     exe: String,
@@ -378,12 +378,12 @@ impl Callgrind {
             opts,
             quiet,
             instrumenting,
-            blocks: HashMap::new(),
-            call_sites: HashSet::new(),
-            ret_sites: HashSet::new(),
+            blocks: FastMap::default(),
+            call_sites: FastSet::default(),
+            ret_sites: FastSet::default(),
             fns: Vec::new(),
-            fn_map: HashMap::new(),
-            objs: HashMap::new(),
+            fn_map: FastMap::default(),
+            objs: FastMap::default(),
             modules: Modules::default(),
             sym: None,
             exe,

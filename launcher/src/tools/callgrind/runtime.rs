@@ -49,8 +49,6 @@
 //! switched to the returned-to function).
 use dbt_core::tool::{CallPlan, InlineRec, JumpState, LlHitCount, RepKind, EXIT_OTHER, EXIT_RET};
 use std::cell::Cell;
-use std::collections::HashMap as StdHashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Words of a running cost ([`ThreadState::run`], [`Jcc::incl`]): the static events
@@ -165,32 +163,7 @@ pub struct InsnStat {
     pub cas_exit: bool,
 }
 
-/// A multiply-xor hasher for the small integer keys of the hot-path tables (SipHash costs
-/// more than the rest of `setup` together).
-#[derive(Default)]
-pub struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.write_u64(u64::from(v));
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.write_u64(v as u64);
-    }
-}
-
-type HashMap<K, V> = StdHashMap<K, V, BuildHasherDefault<FastHasher>>;
+type HashMap<K, V> = crate::tools::fast_hash::FastMap<K, V>;
 
 /// How a block ends, as Callgrind's jump kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
