@@ -803,10 +803,15 @@ impl Callgrind {
             let fin = done.get(id).is_some_and(|&n| n > 0);
             (fin, b.skipped.iter().any(|&x| x != 0))
         };
-        let mut ids: Vec<usize> = (0..rt.bbccs.len())
-            .filter(|&id| parts(id, &rt.bbccs[id]) != (false, false))
+        let mut keyed: Vec<(u32, u32, usize)> = rt
+            .bbccs
+            .iter()
+            .enumerate()
+            .filter(|&(id, b)| parts(id, b) != (false, false))
+            .map(|(id, b)| (b.cxt, b.rec, id))
             .collect();
-        ids.sort_by_key(|&id| (rt.bbccs[id].cxt, rt.bbccs[id].rec));
+        keyed.sort_unstable();
+        let ids: Vec<usize> = keyed.into_iter().map(|k| k.2).collect();
         /// The instruction index that stands for a cost centre's skipped-function costs.
         const SKIPPED: usize = usize::MAX;
         let mut merged: Vec<((usize, u32, u64), Vec<u64>)> = Vec::new();
