@@ -329,7 +329,10 @@ impl Cachegrind {
         let n_events = self.events().len();
         // Every instruction's costs, sorted and summed per address afterwards (blocks overlap)
         // for a bulk build of the map, instead of a map lookup per instruction.
-        let mut flat: Vec<(u64, [u64; 13])> = Vec::new();
+        let n_insns = self.blocks.values().map(|r| r.insns.len()).sum();
+        // Per instruction: its address and index, and its `n_events` costs in `vals`.
+        let mut order: Vec<(u64, usize)> = Vec::with_capacity(n_insns);
+        let mut vals: Vec<u64> = Vec::with_capacity(n_insns * n_events);
         let mut t = summary::Totals::default();
         for rec in self.blocks.values() {
             // SAFETY: the cost array has 1 + SLOTS * insns.len() entries (allocated so in
@@ -384,19 +387,21 @@ impl Cachegrind {
                     t.bim += slot[S_BIM];
                 }
                 t.ir += ir;
-                flat.push((s.addr, v));
+                order.push((s.addr, order.len()));
+                vals.extend_from_slice(&v[..n_events]);
             }
         }
-        flat.sort_unstable_by_key(|e| e.0);
-        let mut costs: Vec<(u64, Vec<u64>)> = Vec::with_capacity(flat.len());
-        for (addr, v) in flat {
+        order.sort_unstable();
+        let mut costs: Vec<(u64, Vec<u64>)> = Vec::with_capacity(order.len());
+        for (addr, i) in order {
+            let v = &vals[i * n_events..(i + 1) * n_events];
             match costs.last_mut() {
                 Some((a, acc)) if *a == addr => {
-                    for (x, y) in acc.iter_mut().zip(&v) {
+                    for (x, y) in acc.iter_mut().zip(v) {
                         *x += y;
                     }
                 }
-                _ => costs.push((addr, v[..n_events].to_vec())),
+                _ => costs.push((addr, v.to_vec())),
             }
         }
         (costs.into_iter().collect(), t)
