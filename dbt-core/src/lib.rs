@@ -21,6 +21,7 @@ pub mod context;
 pub mod core_state;
 pub mod cpu;
 pub mod dispatch;
+pub mod fast_hash;
 pub mod instrument;
 pub mod loader;
 pub mod perfmap;

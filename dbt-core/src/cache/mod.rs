@@ -11,7 +11,8 @@
 //! * A chained exit's `patch_site` holds `target_host - (patch_site + 4)`; unchained it points
 //!   at the exit's own stub. `incoming` of a block lists every exit record chained into it.
 //! * Patch sites are 4-byte aligned so a patch is one atomic store.
-use std::collections::{BTreeMap, HashMap};
+use crate::fast_hash::FastMap;
+use std::collections::BTreeMap;
 
 /// Bytes of address space per chunk.
 const CHUNK_SIZE: u64 = 64 << 20;
@@ -78,7 +79,7 @@ pub struct Block {
 #[derive(Default)]
 pub struct CodeCache {
     chunks: Vec<Chunk>,
-    pub blocks: HashMap<u64, Block>,
+    pub blocks: FastMap<u64, Block>,
     /// Blocks ordered by guest start, for range invalidation.
     by_start: BTreeMap<u64, u64>,
     /// Translations ordered by host start (host start -> guest start), for mapping a host pc.

@@ -11,7 +11,7 @@
 //!
 //! Translated code writes the arrays without a lock (guest threads run one at a time); this
 //! module's own lock is taken only by the translator and by tools outside translated code.
-use std::collections::HashMap;
+use crate::fast_hash::FastMap;
 use std::sync::Mutex;
 
 /// Bytes per arena chunk (address space only; pages are touched on use).
@@ -29,9 +29,9 @@ struct Chunk {
 #[derive(Default)]
 struct Arena {
     chunks: Vec<Chunk>,
-    arrays: HashMap<(u64, u64, usize), u64>,
+    arrays: FastMap<(u64, u64, usize), u64>,
     /// Block counter -> its loop shares (`loop_shares`): first share, count.
-    shares: HashMap<u64, (u64, usize)>,
+    shares: FastMap<u64, (u64, usize)>,
 }
 
 static ARENA: Mutex<Option<Arena>> = Mutex::new(None);

@@ -2,7 +2,6 @@
 //! write at the end.
 pub mod cachegrind;
 pub mod callgrind;
-pub mod fast_hash;
 pub mod none;
 
 use crate::cli::ToolName;

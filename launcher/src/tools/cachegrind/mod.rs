@@ -233,7 +233,7 @@ pub struct Cachegrind {
     caches: Option<Caches>,
     quiet: bool,
     instrumenting: bool,
-    blocks: crate::tools::fast_hash::FastMap<(u64, u64), BlockRec>,
+    blocks: dbt_core::fast_hash::FastMap<(u64, u64), BlockRec>,
     modules: modules::Modules,
     cmd: String,
     cwd: std::path::PathBuf,

@@ -41,8 +41,8 @@ pub mod runtime;
 
 use super::cachegrind::modules::Modules;
 use super::cachegrind::StartupLine;
-use crate::tools::fast_hash::{FastMap, FastSet};
 use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
+use dbt_core::fast_hash::{FastMap, FastSet};
 use dbt_core::tool::{
     AfterMiss, BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, InlineJump,
     Instrumenter, MruCache, RepKind, Tool,

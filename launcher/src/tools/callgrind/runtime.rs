@@ -163,7 +163,7 @@ pub struct InsnStat {
     pub cas_exit: bool,
 }
 
-type HashMap<K, V> = crate::tools::fast_hash::FastMap<K, V>;
+type HashMap<K, V> = dbt_core::fast_hash::FastMap<K, V>;
 
 /// How a block ends, as Callgrind's jump kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

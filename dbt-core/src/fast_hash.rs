@@ -1,7 +1,8 @@
-//! A multiply-xor hasher for the tools' tables keyed by addresses, ids and names, which
-//! are built per translated block and looked up per block start: SipHash (std's default,
-//! resistant to chosen keys, which these tables never see) cost more than the rest of
-//! callgrind's `setup` together, and a tenth of translating a block.
+//! A multiply-xor hasher for the tables keyed by addresses, ids and names that are built
+//! per translated block and looked up per block start or dispatch (the code cache, the cost
+//! arrays, the tools' tables): SipHash (std's default, resistant to chosen keys, which
+//! these tables never see) cost more than the rest of callgrind's `setup` together, and a
+//! tenth of translating a block.
 use std::hash::{BuildHasherDefault, Hasher};
 
 #[derive(Default)]
