@@ -1193,13 +1193,8 @@ fn inline_jump(
         dynasm!(a ; .arch x64 ; =>fail_here);
         restore_flags(a);
     }
-    dynasm!(a
-        ; .arch x64
-        ; =>fail
-        ; gs mov rdx, QWORD [IS2]
-        ; gs mov rcx, QWORD [IS1]
-        ; gs mov rax, QWORD [IS0]
-    );
+    dynasm!(a ; .arch x64 ; =>fail);
+    restore_scratch(a);
 }
 
 /// The jump case's common way (either entry, nothing to unwind) when the state and the
@@ -2196,12 +2191,17 @@ fn restore_to(a: &mut Asm, flags_dead: bool, done: DynamicLabel) {
     if !flags_dead {
         restore_flags(a);
     }
+    restore_scratch(a);
+    dynasm!(a ; .arch x64 ; jmp =>done);
+}
+
+/// rax, rcx and rdx back from `gs:[instr_scratch]`, where the inline cases saved them.
+fn restore_scratch(a: &mut Asm) {
     dynasm!(a
         ; .arch x64
         ; gs mov rdx, QWORD [IS2]
         ; gs mov rcx, QWORD [IS1]
         ; gs mov rax, QWORD [IS0]
-        ; jmp =>done
     );
 }
 
@@ -2232,13 +2232,8 @@ fn case_exits(
         restore_flags(a);
     }
     if at_start {
-        dynasm!(a
-            ; .arch x64
-            ; =>fail
-            ; gs mov rdx, QWORD [IS2]
-            ; gs mov rcx, QWORD [IS1]
-            ; gs mov rax, QWORD [IS0]
-        );
+        dynasm!(a ; .arch x64 ; =>fail);
+        restore_scratch(a);
     } else {
         dynasm!(a ; .arch x64 ; jmp =>fail);
     }
@@ -2466,13 +2461,8 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             short.emit_cold(a, &jump, (miss, back, try_ret));
             // The return and call cases end here when they do not apply (the flags put
             // back).
-            dynasm!(a
-                ; .arch x64
-                ; =>fail
-                ; gs mov rdx, QWORD [IS2]
-                ; gs mov rcx, QWORD [IS1]
-                ; gs mov rax, QWORD [IS0]
-            );
+            dynasm!(a ; .arch x64 ; =>fail);
+            restore_scratch(a);
             call_fallback(a, &fallback)?;
             dynasm!(a ; .arch x64 ; jmp =>back);
         }
