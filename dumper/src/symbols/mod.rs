@@ -290,12 +290,11 @@ impl Symbolizer {
 
     /// Lookup without the inlined chain (what the writers need; much cheaper).
     pub fn lookup_fast(&self, addr: u64) -> Location {
-        let mut loc = self.lookup_line(addr);
-        let Some(mi) = self.module_of(addr) else {
+        let (mut loc, found) = self.lookup_position(addr);
+        let Some((m, t)) = found else {
             return loc;
         };
-        let m = &self.modules[mi];
-        if let Some(sym) = self.tables(m).and_then(|t| t.symbol(loc.offset)) {
+        if let Some(sym) = t.symbol(loc.offset) {
             let mut names = m.names.lock().unwrap_or_else(|e| e.into_inner());
             let name = names
                 .entry(sym.start)
@@ -309,6 +308,11 @@ impl Symbolizer {
     /// [`Symbolizer::lookup_fast`] without the function (no symbol search, no demangling):
     /// the object, offset, file, line and section, what a position in an output file needs.
     pub fn lookup_line(&self, addr: u64) -> Location {
+        self.lookup_position(addr).0
+    }
+
+    /// `lookup_line`, with the module and its tables when there are both.
+    fn lookup_position(&self, addr: u64) -> (Location, Option<(&Module, &ModuleTables)>) {
         let mut loc = Location {
             object: None,
             offset: addr,
@@ -320,21 +324,21 @@ impl Symbolizer {
             inlined: Vec::new(),
         };
         let Some(mi) = self.module_of(addr) else {
-            return loc;
+            return (loc, None);
         };
         let m = &self.modules[mi];
         let off = addr.wrapping_sub(m.info.load_bias);
         loc.object = Some(m.name.clone());
         loc.offset = off;
         let Some(t) = self.tables(m) else {
-            return loc;
+            return (loc, None);
         };
         if let Some((f, line)) = t.line(off) {
             loc.file = t.files.get(f as usize).cloned();
             loc.line = line;
         }
         loc.section = t.section_kind(off);
-        loc
+        (loc, Some((m, t)))
     }
 
     /// The load bias of the module mapping `addr` (0 when unmapped).
