@@ -152,6 +152,10 @@ enum SlowKind {
         fail: DynamicLabel,
         flags_dead: bool,
     },
+    /// A later copy of a callgrind self-loop whose state check failed
+    /// (`Plan::loop_lite`): puts back what the short form borrowed and goes to the first
+    /// copy's block-start routine (`back`).
+    LoopLiteFail { short: ShortForm },
     /// The same for an instruction fetch (constant address): on entry only rax and rcx are
     /// saved and the flags are live.
     FetchScan {
@@ -191,6 +195,9 @@ pub(crate) struct Plan {
     count_at: usize,
     /// Counter used in place of `Op::CountBlock`'s (an unrolled copy's loop share).
     counter_override: Option<*mut u64>,
+    /// In a later copy of a callgrind self-loop: the first copy's head, where the block-start
+    /// routine is (`Plan::loop_lite`).
+    loop_head: Option<DynamicLabel>,
     slow: Vec<Slow>,
     /// 8-byte constants read `rip`-relative, emitted after the slow paths.
     literals: Vec<(DynamicLabel, u64)>,
@@ -234,6 +241,7 @@ impl Plan {
                 .collect(),
             count_at,
             counter_override: None,
+            loop_head: None,
             slow: Vec::new(),
             literals: Vec::new(),
             dead,
@@ -250,6 +258,7 @@ impl Plan {
             facts: Vec::new(),
             count_at: 0,
             counter_override: None,
+            loop_head: None,
             slow: Vec::new(),
             literals: Vec::new(),
             dead: Vec::new(),
@@ -329,6 +338,29 @@ impl Plan {
     /// Makes the following `emit_before` calls bump `ctr` instead of the block counter.
     pub(crate) fn set_counter(&mut self, ctr: *mut u64) {
         self.counter_override = Some(ctr);
+    }
+
+    /// Whether a self-loop of this block may be unrolled with `Plan::loop_lite` at the start
+    /// of its later copies: callgrind's Ir-only block-start routine is the only op, with its
+    /// short form, in a block that ends plainly (no `rep`, so no extras to charge).
+    pub(crate) fn loop_lite_ok(&self) -> bool {
+        match self.ops.as_slice() {
+            [Op::CallFallbackInline { insn: 0, jump, .. }] => {
+                !jump.stub
+                    && !jump.entry
+                    && jump.ends_plain
+                    && jump.eager.is_none()
+                    && self.facts.iter().all(|f| f.rep == RepKind::None)
+                    && ShortForm::new(jump, !self.live[0], self.dead_mask(0)).is_some()
+            }
+            _ => false,
+        }
+    }
+
+    /// Makes the following `emit_before` calls emit a later copy of a self-loop whose first
+    /// copy starts at `head` (`Plan::loop_lite_ok`).
+    pub(crate) fn set_loop_head(&mut self, head: DynamicLabel) {
+        self.loop_head = Some(head);
     }
 
     /// Upper bound on the bytes this plan adds to the translation.
@@ -437,6 +469,11 @@ impl Plan {
                     arg1,
                     arg2,
                 } if insn == i => self.call_fallback(a, i, fast, slow, arg1, arg2)?,
+                Op::CallFallbackInline { insn, jump, .. }
+                    if insn == i && self.loop_head.is_some() =>
+                {
+                    self.loop_lite(a, i, &jump)?;
+                }
                 Op::CallFallbackInline {
                     insn,
                     fast,
@@ -529,6 +566,58 @@ impl Plan {
                 _ => {}
             }
         }
+        Ok(())
+    }
+
+    /// The block-start routine of a later copy of a self-loop (`Plan::loop_lite_ok`), reached
+    /// only from the copy before it: the previous block is this one, entered with the cost
+    /// centre the state names, and nothing has run since but its guest code. While the
+    /// state is armed (`expect` not `u64::MAX`, which also keeps the key of that cost
+    /// centre) and nothing is to be unwound, the jump case would take it again with the same
+    /// cost centre: charge it, count a block and its Ir; the last block, its cost centre, the
+    /// expected key and the exit kind stay as they are (a block's cost centre is the one of
+    /// its context, recursion level and thread, which the key encodes, so the entry the jump
+    /// case would match holds the same counter). Otherwise the first copy's routine decides;
+    /// its head is also the only block start signals wait for
+    /// (`translate::LITE_LOOP_COPIES`).
+    fn loop_lite(
+        &mut self,
+        a: &mut Asm,
+        i: usize,
+        j: &super::calltrack::InlineJump,
+    ) -> Result<(), String> {
+        let (Some(head), Some(short)) = (
+            self.loop_head,
+            ShortForm::new(j, !self.live[i], self.dead_mask(i)),
+        ) else {
+            return Err("a self-loop copy without its block-start routine's short form".into());
+        };
+        mark(a, "clg-loop");
+        let fail = a.new_dynamic_label();
+        short.save(a);
+        let o = JUMP_OFF;
+        dynasm!(a
+            ; .arch x64
+            ; cmp QWORD [short.s(o.expect)], -1
+            ; je =>fail
+            ; cmp rsp, QWORD [short.s(o.top)]
+            ; ja =>fail
+        );
+        let b = Bases {
+            st: Base::Abs(short.st as i32),
+            rec: Base::Abs(short.rec as i32),
+            x: short.x,
+        };
+        count_previous(a, b);
+        inc_mem(a, b.st, o.bbs);
+        add_imm(a, b.st, o.ir, j.ir as i32);
+        short.restore(a);
+        mark(a, "body");
+        self.slow.push(Slow {
+            entry: fail,
+            back: head,
+            kind: SlowKind::LoopLiteFail { short },
+        });
         Ok(())
     }
 
@@ -1252,6 +1341,16 @@ impl ShortForm {
         self.rec as i32 + off
     }
 
+    /// Borrows `x` (and saves the flags when they are live); `restore` puts them back.
+    fn save(&self, a: &mut Asm) {
+        if !self.flags_dead {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+            save_flags(a);
+        } else if self.borrowed {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+        }
+    }
+
     fn restore(&self, a: &mut Asm) {
         if !self.flags_dead {
             restore_flags(a);
@@ -1304,12 +1403,7 @@ impl ShortForm {
         j: &super::calltrack::InlineJump,
         (second, miss): (DynamicLabel, DynamicLabel),
     ) {
-        if !self.flags_dead {
-            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
-            save_flags(a);
-        } else if self.borrowed {
-            dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
-        }
+        self.save(a);
         self.key_test(a, 0, second);
         self.enter(a, j, 0, miss);
     }
@@ -2389,11 +2483,16 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             SlowKind::InlineCall { .. } => "clg-call",
             SlowKind::Data { .. } | SlowKind::FetchScan { .. } => "cache-scan",
             SlowKind::JumpCold { .. } => "clg-cold",
+            SlowKind::LoopLiteFail { .. } => "clg-loop-fail",
             SlowKind::Call { .. } | SlowKind::Saving { .. } => "slow-call",
         },
     );
     dynasm!(a ; .arch x64 ; =>entry);
     match s.kind {
+        SlowKind::LoopLiteFail { short } => {
+            short.restore(a);
+            dynasm!(a ; .arch x64 ; jmp =>back);
+        }
         SlowKind::Saving { entry: inner, kind } => {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
             let restore = a.new_dynamic_label();

@@ -298,3 +298,85 @@ fn optimised_and_stripped_arcs_match_valgrind() {
         }
     }
 }
+
+/// Self cost per source line of a callgrind file written with `--compress-pos=no` (cost
+/// lines after `calls=` are inclusive costs of the call, not the line's own).
+fn line_costs(text: &str) -> BTreeMap<u32, u64> {
+    let mut costs = BTreeMap::new();
+    let mut after_calls = false;
+    for l in text.lines() {
+        let mut it = l.split(' ');
+        let (Some(line), Some(ir)) = (it.next(), it.next()) else {
+            after_calls = false;
+            continue;
+        };
+        if let (Ok(line), Ok(ir), false) = (line.parse::<u32>(), ir.parse::<u64>(), after_calls) {
+            *costs.entry(line).or_insert(0) += ir;
+        }
+        after_calls = l.starts_with("calls=");
+    }
+    costs
+}
+
+/// `loops.S` under callgrind: a self-loop is unrolled into two copies and the second starts
+/// with a lighter block-start routine (`Plan::loop_lite`); every iteration is counted,
+/// whatever the iteration count modulo the copies, when SIGALRM arrives in the unrolled
+/// code, and (lazily, as Callgrind) up to the faulting iteration of a loop that dies of
+/// SIGSEGV.
+#[test]
+fn self_loops_count_every_iteration_under_callgrind() {
+    let run_loops = |name: &str, args: &[&str]| {
+        let out = scratch_dir().join(name);
+        let _ = std::fs::remove_file(&out);
+        let file = format!("--callgrind-out-file={}", out.display());
+        let opts = ["--tool=callgrind", "--compress-pos=no", file.as_str()];
+        let o = run_rgrind(&opts, &Cmd::guest("loops").args(args));
+        let text = std::fs::read_to_string(&out)
+            .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", out.display(), o.describe()));
+        (o, line_costs(&text), text)
+    };
+    let (o, l, text) = run_loops("loops.clg", &[]);
+    let ir = |line: u32| l.get(&line).copied().unwrap_or(0);
+    // The loop run 1..=9 times: 45 iterations of lines 14-16.
+    assert_eq!([ir(14), ir(15), ir(16)], [45; 3], "{text}");
+    assert_eq!([ir(13), ir(17), ir(18), ir(19)], [9; 4], "{text}");
+    // The spin loop (lines 36-38) stopped by SIGALRM: the guest exits with its iteration
+    // count's low byte.
+    let spins = ir(36);
+    assert!(spins > 0 && ir(37) == spins && ir(38) == spins, "{text}");
+    assert_eq!(
+        o.end(),
+        End::Exit((spins & 0xff) as i32),
+        "{}",
+        o.describe()
+    );
+
+    // Callgrind charges a block when the next one starts: the faulting 6th iteration is not
+    // counted.
+    let (o, l, text) = run_loops("loops-fault.clg", &["fault"]);
+    assert_eq!(o.end(), End::Signal(libc::SIGSEGV), "{}", o.describe());
+    let ir = |line: u32| l.get(&line).copied().unwrap_or(0);
+    assert_eq!((47..=52).map(ir).collect::<Vec<_>>(), [5; 6], "{text}");
+
+    if let Some(vg) = valgrind() {
+        let out = scratch_dir().join("loops-vg.clg");
+        let file = format!("--callgrind-out-file={}", out.display());
+        let opts = [
+            "--tool=callgrind",
+            "--compress-pos=no",
+            "--vex-guest-chase=no",
+            file.as_str(),
+        ];
+        let v = run_valgrind(&vg, &opts, &Cmd::guest("loops").args(["fault"]));
+        let vtext =
+            std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{e}\n{}", v.describe()));
+        let vl = line_costs(&vtext);
+        for line in (13..=19).chain(47..=52) {
+            assert_eq!(
+                vl.get(&line).copied(),
+                Some(ir(line)),
+                "line {line}:\n{vtext}"
+            );
+        }
+    }
+}
