@@ -269,6 +269,14 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
             let efl = &mut uc.uc_mcontext.gregs[libc::REG_EFL as usize];
             *efl = crate::instrument::unstash_flags(*efl as u64, ctx.instr_flags) as i64;
         }
+        if let Some((owed, n)) = crate::core_state::core().cache.loop_owed_at(pc) {
+            // SAFETY: the state is a leaked static; only the faulting thread, stopped here,
+            // runs inline code on it.
+            unsafe {
+                (*(owed.state as *const crate::instrument::calltrack::JumpState))
+                    .charge_owed(n, owed.ir)
+            };
+        }
         ctx.sync_signal = sig as u64;
         copy_info(&mut ctx.sync_info, info);
         ctx.signal_rip = guest_rip;

@@ -74,6 +74,19 @@ pub struct Block {
     pub exits: Vec<u32>,
     /// Exit records chained into this block.
     pub incoming: Vec<u32>,
+    /// A callgrind self-loop whose later copies defer their charges (`Plan::loop_lite`):
+    /// the inline state and the block's Ir; a fault in copy `k` owes `k` executions.
+    pub loop_owed: Option<LoopOwed>,
+}
+
+/// See [`Block::loop_owed`].
+#[derive(Clone, Copy, Debug)]
+pub struct LoopOwed {
+    /// The `JumpState` (a leaked static).
+    pub state: u64,
+    pub ir: u32,
+    /// Guest instructions per copy.
+    pub insns: u32,
 }
 
 #[derive(Default)]
@@ -161,6 +174,18 @@ impl CodeCache {
     /// and whether its own code runs with the guest's arithmetic flags held in the thread's
     /// `instr_flags` rather than in rflags (a fault there must take them from there).
     pub fn guest_insn_at(&self, pc: u64) -> Option<(u64, bool)> {
+        let (b, i) = self.insn_index_at(pc)?;
+        let Some(i) = i.checked_sub(1) else {
+            return Some((b.guest_start, false));
+        };
+        let (_, addr) = b.insn_starts[i];
+        let stashed = b.flags_stashed.binary_search(&(i as u32)).is_ok();
+        Some((addr, stashed))
+    }
+
+    /// The translation containing host address `pc` (also a retired one) and how many of its
+    /// instructions start at or before `pc`.
+    fn insn_index_at(&self, pc: u64) -> Option<(&Block, usize)> {
         let live = self
             .by_host
             .range(..=pc)
@@ -171,13 +196,16 @@ impl CodeCache {
             .filter(|b| pc < b.host + b.host_len)
             .or_else(|| retired().filter(|b| pc < b.host + b.host_len))?;
         let off = (pc - b.host) as u32;
-        let i = b.insn_starts.partition_point(|&(o, _)| o <= off);
-        if i == 0 {
-            return Some((b.guest_start, false));
-        }
-        let (_, addr) = b.insn_starts[i - 1];
-        let stashed = b.flags_stashed.binary_search(&(i as u32 - 1)).is_ok();
-        Some((addr, stashed))
+        Some((b, b.insn_starts.partition_point(|&(o, _)| o <= off)))
+    }
+
+    /// For a guest instruction faulting at host `pc`: the executions a callgrind self-loop's
+    /// later copies deferred until then (`Block::loop_owed`), and where they go.
+    pub fn loop_owed_at(&self, pc: u64) -> Option<(LoopOwed, u64)> {
+        let (b, i) = self.insn_index_at(pc)?;
+        let owed = b.loop_owed?;
+        let copy = (i.checked_sub(1)? / owed.insns.max(1) as usize) as u64;
+        (copy > 0).then_some((owed, copy))
     }
 
     /// The guest start of the block whose translation begins exactly at `pc`.
@@ -336,6 +364,7 @@ mod tests {
         Block {
             insn_starts: vec![(0, guest), (5, guest + 3)],
             flags_stashed: vec![1],
+            loop_owed: None,
             guest_start: guest,
             guest_end: guest + 6,
             host,

@@ -107,7 +107,7 @@ pub fn leak_low<T: Send + Sync + 'static>(value: T) -> &'static T {
 // `Instrumenter::call_with_fallback_inline` emits. The tool owns the one `JumpState` (a
 // static: fixed address) and a `InlineRec` per block; the emitted code reads and writes them
 // with absolute addresses, flag-free.
-use core::sync::atomic::AtomicU64;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 /// [`JumpState::exit`] after a plain `ret`.
 pub const EXIT_RET: u64 = 0;
@@ -180,6 +180,20 @@ pub struct JumpState {
 }
 
 impl JumpState {
+    /// Charges `n` executions of the last block, of `ir` instructions each, which a
+    /// self-loop's later copies deferred (`Plan::loop_lite`) when one of its instructions
+    /// faulted: `n` on its counter, `n` blocks, `n * ir` Ir.
+    ///
+    /// # Safety
+    /// `last_count` must point at a live counter that no other thread updates meanwhile.
+    pub unsafe fn charge_owed(&self, n: u64, ir: u32) {
+        let count = self.last_count.load(Ordering::Relaxed) as *mut u64;
+        // SAFETY: per this function's contract.
+        unsafe { *count = (*count).wrapping_add(n) };
+        self.bbs.fetch_add(n, Ordering::Relaxed);
+        self.ir.fetch_add(n * u64::from(ir), Ordering::Relaxed);
+    }
+
     /// An empty state: `expect` is `u64::MAX`, so no inline path is taken.
     pub const fn new() -> JumpState {
         JumpState {

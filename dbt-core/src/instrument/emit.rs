@@ -31,7 +31,9 @@ use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, LlHitCount, MemAcces
 use super::{Instrumenter, RepKind};
 use crate::context::*;
 use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
-use iced_x86::{Code, Encoder, Instruction, MemoryOperand, OpKind, Register};
+use iced_x86::{
+    Code, Encoder, Instruction, InstructionInfoFactory, MemoryOperand, OpAccess, OpKind, Register,
+};
 
 type Asm = VecAssembler<X64Relocation>;
 
@@ -156,6 +158,14 @@ enum SlowKind {
     /// (`Plan::loop_lite`): puts back what the short form borrowed and goes to the first
     /// copy's block-start routine (`back`).
     LoopLiteFail { short: ShortForm },
+    /// The back edge of a callgrind self-loop's last copy: charges the executions the
+    /// later copies deferred (`owed`, `Plan::loop_charge`) and goes to the first copy's
+    /// head (`back`).
+    LoopBack {
+        short: ShortForm,
+        jump: super::calltrack::InlineJump,
+        owed: i32,
+    },
     /// The same for an instruction fetch (constant address): on entry only rax and rcx are
     /// saved and the flags are live.
     FetchScan {
@@ -196,8 +206,8 @@ pub(crate) struct Plan {
     /// Counter used in place of `Op::CountBlock`'s (an unrolled copy's loop share).
     counter_override: Option<*mut u64>,
     /// In a later copy of a callgrind self-loop: the first copy's head, where the block-start
-    /// routine is (`Plan::loop_lite`).
-    loop_head: Option<DynamicLabel>,
+    /// routine is, and the copy's number (`Plan::loop_lite`).
+    loop_head: Option<(DynamicLabel, u32)>,
     slow: Vec<Slow>,
     /// 8-byte constants read `rip`-relative, emitted after the slow paths.
     literals: Vec<(DynamicLabel, u64)>,
@@ -346,21 +356,72 @@ impl Plan {
     pub(crate) fn loop_lite_ok(&self) -> bool {
         match self.ops.as_slice() {
             [Op::CallFallbackInline { insn: 0, jump, .. }] => {
+                let mut info = InstructionInfoFactory::new();
                 !jump.stub
                     && !jump.entry
                     && jump.ends_plain
                     && jump.eager.is_none()
                     && self.facts.iter().all(|f| f.rep == RepKind::None)
+                    && !self.facts.iter().any(|f| writes_rsp(&mut info, &f.insn))
                     && ShortForm::new(jump, !self.live[0], self.dead_mask(0)).is_some()
             }
             _ => false,
         }
     }
 
-    /// Makes the following `emit_before` calls emit a later copy of a self-loop whose first
-    /// copy starts at `head` (`Plan::loop_lite_ok`).
-    pub(crate) fn set_loop_head(&mut self, head: DynamicLabel) {
-        self.loop_head = Some(head);
+    /// Makes the following `emit_before` calls emit copy `copy` (1, 2, ...) of a self-loop
+    /// whose first copy starts at `head` (`Plan::loop_lite_ok`).
+    pub(crate) fn set_loop_head(&mut self, head: DynamicLabel, copy: u32) {
+        self.loop_head = Some((head, copy));
+    }
+
+    /// The inline state and the block's Ir when this plan's later loop copies defer their
+    /// charges (`Plan::loop_lite`): what a fault in copy `k` owes (`JumpState::charge_owed`).
+    pub(crate) fn loop_owed(&self) -> Option<(u64, u32)> {
+        match self.ops.as_slice() {
+            [Op::CallFallbackInline { jump, .. }] if self.loop_lite_ok() => Some((
+                jump.state as *const super::calltrack::JumpState as u64,
+                jump.ir,
+            )),
+            _ => None,
+        }
+    }
+
+    /// Where the last copy's back edge goes (`copy` is its number): an out-of-line charge of
+    /// the executions the later copies deferred, then the first copy's head.
+    pub(crate) fn loop_back(&mut self, a: &mut Asm, copy: u32) -> Result<DynamicLabel, String> {
+        let (Some((head, _)), [Op::CallFallbackInline { jump, .. }]) =
+            (self.loop_head, self.ops.as_slice())
+        else {
+            return Err("a self-loop's back edge without its later copies".into());
+        };
+        let jump = *jump;
+        let short = ShortForm::new(&jump, !self.live[0], self.dead_mask(0))
+            .ok_or("a self-loop's back edge without a short form")?;
+        let entry = a.new_dynamic_label();
+        self.slow.push(Slow {
+            entry,
+            back: head,
+            kind: SlowKind::LoopBack {
+                short,
+                jump,
+                owed: copy as i32,
+            },
+        });
+        Ok(entry)
+    }
+
+    /// Before the way out of copy `copy` (1, 2, ...) of a self-loop to the block after it:
+    /// charges the executions the later copies deferred. The flags are kept (the next block
+    /// may read them).
+    pub(crate) fn loop_exit(&self, a: &mut Asm, copy: u32) -> Result<(), String> {
+        let [Op::CallFallbackInline { jump, .. }] = self.ops.as_slice() else {
+            return Err("a self-loop's exit without its block-start routine".into());
+        };
+        let short =
+            ShortForm::new(jump, false, 0).ok_or("a self-loop's exit without a short form")?;
+        loop_charge(a, &short, jump, copy as i32);
+        Ok(())
     }
 
     /// Upper bound on the bytes this plan adds to the translation.
@@ -571,46 +632,42 @@ impl Plan {
 
     /// The block-start routine of a later copy of a self-loop (`Plan::loop_lite_ok`), reached
     /// only from the copy before it: the previous block is this one, entered with the cost
-    /// centre the state names, and nothing has run since but its guest code. While the
-    /// state is armed (`expect` not `u64::MAX`, which also keeps the key of that cost
-    /// centre) and nothing is to be unwound, the jump case would take it again with the same
-    /// cost centre: charge it, count a block and its Ir; the last block, its cost centre, the
-    /// expected key and the exit kind stay as they are (a block's cost centre is the one of
-    /// its context, recursion level and thread, which the key encodes, so the entry the jump
-    /// case would match holds the same counter). Otherwise the first copy's routine decides;
-    /// its head is also the only block start signals wait for
-    /// (`translate::LITE_LOOP_COPIES`).
+    /// centre the state names, and nothing has run since but its guest code, which leaves
+    /// `rsp` alone. While the state is armed (`expect` not `u64::MAX`, which also keeps the
+    /// key of that cost centre) the jump case would take it again with the same cost centre
+    /// (a block's cost centre is the one of its context, recursion level and thread, which
+    /// the key encodes, so the entry it would match holds the same counter), with nothing to
+    /// unwind: charge it, count a block and its Ir; the last block, its cost centre, the
+    /// expected key and the exit kind stay as they are. Those charges are deferred, so that
+    /// an iteration does not wait on the three counters' read-modify-writes: the way out of
+    /// copy `k` charges `k` executions at once (`Plan::loop_exit`, `Plan::loop_back`), and
+    /// a fault in copy `k` has the signal handler charge them (`JumpState::charge_owed`).
+    /// Only the second copy tests the state (nothing can change it in between); when it is
+    /// not armed, the first copy's routine decides. The first copy's head is also the only
+    /// block start signals wait for (`translate::LITE_LOOP_COPIES`).
     fn loop_lite(
         &mut self,
         a: &mut Asm,
         i: usize,
         j: &super::calltrack::InlineJump,
     ) -> Result<(), String> {
-        let (Some(head), Some(short)) = (
+        let (Some((head, copy)), Some(short)) = (
             self.loop_head,
             ShortForm::new(j, !self.live[i], self.dead_mask(i)),
         ) else {
             return Err("a self-loop copy without its block-start routine's short form".into());
         };
+        if copy > 1 {
+            return Ok(());
+        }
         mark(a, "clg-loop");
         let fail = a.new_dynamic_label();
         short.save(a);
-        let o = JUMP_OFF;
         dynasm!(a
             ; .arch x64
-            ; cmp QWORD [short.s(o.expect)], -1
+            ; cmp QWORD [short.s(JUMP_OFF.expect)], -1
             ; je =>fail
-            ; cmp rsp, QWORD [short.s(o.top)]
-            ; ja =>fail
         );
-        let b = Bases {
-            st: Base::Abs(short.st as i32),
-            rec: Base::Abs(short.rec as i32),
-            x: short.x,
-        };
-        count_previous(a, b);
-        inc_mem(a, b.st, o.bbs);
-        add_imm(a, b.st, o.ir, j.ir as i32);
         short.restore(a);
         mark(a, "body");
         self.slow.push(Slow {
@@ -2056,6 +2113,32 @@ fn lazy_call_charge(a: &mut Asm) {
     );
 }
 
+/// Charges `n` executions of a self-loop's block that its later copies deferred
+/// (`Plan::loop_lite`): `n` on the last block's counter, `n` blocks and `n` times its Ir, with
+/// what `short` borrows put back after.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
+fn loop_charge(a: &mut Asm, short: &ShortForm, j: &super::calltrack::InlineJump, n: i32) {
+    let o = JUMP_OFF;
+    let st = Base::Abs(short.st as i32);
+    short.save(a);
+    load(a, short.x, st, o.lcount);
+    dynasm!(a ; .arch x64 ; add QWORD [Rq(short.x)], n);
+    add_imm(a, st, o.bbs, n);
+    add_imm(a, st, o.ir, n * j.ir as i32);
+    short.restore(a);
+}
+
+/// Whether `insn` may change `rsp` (a memory operand's base is a read).
+fn writes_rsp(info: &mut InstructionInfoFactory, insn: &Instruction) -> bool {
+    info.info(insn).used_registers().iter().any(|r| {
+        r.register().full_register() == Register::RSP
+            && !matches!(
+                r.access(),
+                OpAccess::Read | OpAccess::None | OpAccess::NoMemAccess
+            )
+    })
+}
+
 /// Lazy charging of the previous block (the state at `b.st`, `b.x` free, flags saved or
 /// dead): one execution on its counter. Its Ir went to the running Ir's delta when it was
 /// entered (`enter_block`), so that this charge is one load and one increment instead of
@@ -2483,7 +2566,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             SlowKind::InlineCall { .. } => "clg-call",
             SlowKind::Data { .. } | SlowKind::FetchScan { .. } => "cache-scan",
             SlowKind::JumpCold { .. } => "clg-cold",
-            SlowKind::LoopLiteFail { .. } => "clg-loop-fail",
+            SlowKind::LoopLiteFail { .. } | SlowKind::LoopBack { .. } => "clg-loop-fail",
             SlowKind::Call { .. } | SlowKind::Saving { .. } => "slow-call",
         },
     );
@@ -2491,6 +2574,10 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
     match s.kind {
         SlowKind::LoopLiteFail { short } => {
             short.restore(a);
+            dynasm!(a ; .arch x64 ; jmp =>back);
+        }
+        SlowKind::LoopBack { short, jump, owed } => {
+            loop_charge(a, &short, &jump, owed);
             dynasm!(a ; .arch x64 ; jmp =>back);
         }
         SlowKind::Saving { entry: inner, kind } => {

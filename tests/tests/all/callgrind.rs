@@ -318,11 +318,12 @@ fn line_costs(text: &str) -> BTreeMap<u32, u64> {
     costs
 }
 
-/// `loops.S` under callgrind: a self-loop is unrolled into two copies and the second starts
-/// with a lighter block-start routine (`Plan::loop_lite`); every iteration is counted,
-/// whatever the iteration count modulo the copies, when SIGALRM arrives in the unrolled
+/// `loops.S` under callgrind: a self-loop is unrolled into 8 copies whose later ones defer
+/// their charges to the way out (`Plan::loop_lite`); every iteration is counted, whatever
+/// the iteration count modulo the copies (1 to 9), when SIGALRM arrives in the unrolled
 /// code, and (lazily, as Callgrind) up to the faulting iteration of a loop that dies of
-/// SIGSEGV.
+/// SIGSEGV in its 6th copy (the signal handler charges what the copies before it deferred:
+/// checked to fail without).
 #[test]
 fn self_loops_count_every_iteration_under_callgrind() {
     let run_loops = |name: &str, args: &[&str]| {
