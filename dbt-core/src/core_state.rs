@@ -30,7 +30,7 @@ pub struct Process {
     pub writable: GuestRanges,
     /// System V shared-memory attachments: address -> size.
     pub shm_segments: std::collections::HashMap<u64, u64>,
-    pub trace_children: bool,
+    pub trace_children: crate::children::ChildTracing,
     /// rgrind's preload object in the guest's `LD_PRELOAD`, if any (see `CoreOptions::preload`).
     pub preload: Option<PathBuf>,
     pub trace_syscalls: bool,

@@ -16,6 +16,7 @@
 //! * rgrind's Rust code runs only with rgrind's FS (switched by `dispatch::enter`).
 pub mod aspace;
 pub mod cache;
+pub mod children;
 pub mod clientreq;
 pub mod context;
 pub mod core_state;
@@ -24,6 +25,7 @@ pub mod dispatch;
 pub mod fast_hash;
 pub mod instrument;
 pub mod loader;
+pub mod pattern;
 pub mod perfmap;
 mod run;
 pub mod runlock;

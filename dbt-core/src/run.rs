@@ -21,8 +21,8 @@ pub struct CoreOptions {
     pub single_step: bool,
     /// Chain direct branches (off with --single-step or --chain=no).
     pub chaining: bool,
-    /// Run exec'd programs under rgrind too.
-    pub trace_children: bool,
+    /// Which exec'd programs run under rgrind too.
+    pub trace_children: crate::children::ChildTracing,
     /// A preload object rgrind put into the guest's `LD_PRELOAD` (`--guest-env=valgrind`);
     /// taken out again when the guest execs a program rgrind does not follow, as Valgrind does.
     pub preload: Option<PathBuf>,
@@ -44,7 +44,7 @@ impl Default for CoreOptions {
             trace_syscalls: false,
             single_step: false,
             chaining: true,
-            trace_children: false,
+            trace_children: Default::default(),
             preload: None,
             rgrind_exe: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("rgrind")),
             rgrind_args: Vec::new(),
@@ -179,7 +179,7 @@ pub fn start(
                 w
             },
             shm_segments: Default::default(),
-            trace_children: opts.trace_children,
+            trace_children: opts.trace_children.clone(),
             preload: opts.preload.clone(),
             trace_syscalls: opts.trace_syscalls,
             rgrind_exe: opts.rgrind_exe.clone(),

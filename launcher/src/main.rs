@@ -156,7 +156,11 @@ fn run(s: Settings) -> ! {
         chaining: s.chaining,
         stats: s.stats,
         serialise_threads: s.fair_sched || s.tool != ToolName::None,
-        trace_children: s.trace_children,
+        trace_children: dbt_core::children::ChildTracing {
+            trace: s.trace_children,
+            skip: s.trace_children_skip.clone(),
+            skip_by_arg: s.trace_children_skip_by_arg.clone(),
+        },
         preload,
         rgrind_args: s.raw_options.clone(),
         ..Default::default()

@@ -616,15 +616,20 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     let Some(mut path) = guest_cstr(path_arg) else {
         return -EFAULT;
     };
-    let (trace, rgrind_exe, rgrind_args, exe_path, preload) = {
+    let (tracing, rgrind_exe, rgrind_args, exe_path, preload) = {
         let c = core();
         (
-            c.process.trace_children,
+            c.process.trace_children.clone(),
             c.process.rgrind_exe.clone(),
             c.process.rgrind_args.clone(),
             c.process.exe_path.clone(),
             c.process.preload.clone(),
         )
+    };
+    let guest_args = read_guest_ptr_array(argv);
+    let trace = {
+        let args: Vec<&[u8]> = guest_args.iter().map(|a| a.as_bytes()).collect();
+        tracing.should_trace(path.as_bytes(), &args)
     };
     if proc_self_file(&path) == Some(ProcFile::Exe) {
         path = CString::new(exe_path.as_os_str().as_bytes()).unwrap_or_default();
@@ -651,7 +656,6 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
         return r;
     }
     // Run rgrind again on the new program, with the same options.
-    let guest_args = read_guest_ptr_array(argv);
     let mut new_argv: Vec<CString> = Vec::new();
     new_argv.push(CString::new(rgrind_exe.as_os_str().as_bytes()).unwrap_or_default());
     for o in &rgrind_args {

@@ -18,6 +18,9 @@ pub struct Settings {
     pub verbose: bool,
     pub log_file: Option<String>,
     pub trace_children: bool,
+    /// `--trace-children-skip` and `--trace-children-skip-by-arg`: comma-separated patterns.
+    pub trace_children_skip: String,
+    pub trace_children_skip_by_arg: String,
     pub trace_blocks: bool,
     pub trace_syscalls: bool,
     pub single_step: bool,
@@ -140,6 +143,21 @@ const OPTIONS: &[Opt] = &[
         help: "run exec'd programs under rgrind too [no]",
     },
     Opt {
+        name: "--trace-children-skip",
+        kind: Kind::Str,
+        help: "patt1,patt2,...: with --trace-children=yes, exec'd programs whose path matches one of the patterns (* and ? wildcards) run natively",
+    },
+    Opt {
+        name: "--trace-children-skip-by-arg",
+        kind: Kind::Str,
+        help: "patt1,patt2,...: the same, matched against each argument of the exec'd program",
+    },
+    Opt {
+        name: "--read-inline-info",
+        kind: Kind::Bool,
+        help: "accepted as Valgrind does; Cachegrind's and Callgrind's files do not depend on it [no]",
+    },
+    Opt {
         name: "--trace-blocks",
         kind: Kind::Bool,
         help: "debug: log each translated block (guest range, host address) [no]",
@@ -206,6 +224,8 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
         verbose: false,
         log_file: None,
         trace_children: false,
+        trace_children_skip: String::new(),
+        trace_children_skip_by_arg: String::new(),
         trace_blocks: false,
         trace_syscalls: false,
         single_step: false,
@@ -254,6 +274,11 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             "-v" | "--verbose" => s.verbose = true,
             "--log-file" => s.log_file = Some(v.to_string()),
             "--trace-children" => s.trace_children = parse_bool(&arg, v)?,
+            "--trace-children-skip" => s.trace_children_skip = v.to_string(),
+            "--trace-children-skip-by-arg" => s.trace_children_skip_by_arg = v.to_string(),
+            "--read-inline-info" => {
+                parse_bool(&arg, v)?;
+            }
             "--trace-blocks" => s.trace_blocks = parse_bool(&arg, v)?,
             "--trace-syscalls" => s.trace_syscalls = parse_bool(&arg, v)?,
             "--single-step" => s.single_step = parse_bool(&arg, v)?,

@@ -107,3 +107,48 @@ fn quiet_trace_children_prints_nothing_of_its_own() {
     assert!(o.stderr.is_empty(), "{}", o.describe());
     assert_eq!(o.end(), End::Exit(0));
 }
+
+/// `--trace-children-skip` matches the exec'd path (`/bin/echo`; `*` and `?`, no escapes) and
+/// `--trace-children-skip-by-arg` each argument, `argv[0]` included: a skipped program runs
+/// natively (one preamble), others under rgrind (two). Valgrind makes the same choices.
+#[test]
+fn trace_children_skip_patterns_choose_the_native_children() {
+    let cmd = guest_case("forkexec").cmd();
+    let cases: &[(&[&str], usize)] = &[
+        (&["--trace-children-skip=*/ech?"], 1),
+        (&["--trace-children-skip=/usr/*,,*cat"], 2),
+        (&["--trace-children-skip=echo"], 2),
+        (&["--trace-children-skip=\\/bin/e*"], 2),
+        (&["--trace-children-skip-by-arg=forkexe*"], 1),
+        (&["--trace-children-skip-by-arg=echo"], 1),
+        (&["--trace-children-skip-by-arg=from?"], 2),
+    ];
+    let vg = rgrind_tests::valgrind();
+    for &(skip, want) in cases {
+        let mut opts = vec!["--tool=none", "--trace-children=yes"];
+        opts.extend_from_slice(skip);
+        let o = run_rgrind(&opts, &cmd);
+        assert_eq!(
+            (command_pids(&o).len(), o.stdout_str().as_str(), o.end()),
+            (
+                want,
+                "proc forkexec: start\nfrom forkexec\nforkexec: child exited 0\nproc forkexec: done\n",
+                End::Exit(0)
+            ),
+            "{skip:?}\n{}",
+            o.describe()
+        );
+        if let Some(vg) = &vg {
+            let v = rgrind_tests::run_valgrind(vg, &opts, &cmd);
+            assert_eq!(
+                command_pids(&v).len(),
+                want,
+                "valgrind {skip:?}\n{}",
+                v.describe()
+            );
+        }
+    }
+    // Without --trace-children=yes the patterns change nothing.
+    let o = run_rgrind(&["--tool=none", "--trace-children-skip=nothing"], &cmd);
+    assert_eq!(command_pids(&o).len(), 1, "{}", o.describe());
+}
