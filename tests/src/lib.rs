@@ -681,6 +681,24 @@ pub fn guest_case(label: &str) -> GuestCase {
         .unwrap_or_else(|| panic!("no guest case labelled {label}"))
 }
 
+/// The counts of a plain run of the `loops` guest (`tests/guests/loops.S`), whatever the
+/// tool: `ir(line)` is the profile's Ir of a source line, `text` the profile (for messages).
+/// The loop runs 1..=9 times (45 iterations of lines 14-16); the spin loop (lines 36-38),
+/// stopped by SIGALRM, makes the guest exit with its iteration count's low byte, which the
+/// profile must agree with.
+pub fn check_loops_run(o: &Outcome, ir: &dyn Fn(u32) -> u64, text: &str) {
+    assert_eq!([ir(14), ir(15), ir(16)], [45; 3], "{text}");
+    assert_eq!([ir(13), ir(17), ir(18), ir(19)], [9; 4], "{text}");
+    let spins = ir(36);
+    assert!(spins > 0 && ir(37) == spins && ir(38) == spins, "{text}");
+    assert_eq!(
+        o.end(),
+        End::Exit((spins & 0xff) as i32),
+        "{}",
+        o.describe()
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

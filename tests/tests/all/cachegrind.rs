@@ -1,7 +1,9 @@
 //! `--tool=cachegrind`: exact per-instruction counts on a tiny assembly guest, the stderr
 //! summary layout.
 
-use rgrind_tests::{guest_case, run_rgrind, run_valgrind, scratch_dir, valgrind, Cmd, End};
+use rgrind_tests::{
+    check_loops_run, guest_case, run_rgrind, run_valgrind, scratch_dir, valgrind, Cmd, End,
+};
 use std::collections::BTreeMap;
 
 /// Runs `label` under cachegrind with `opts`; returns the outcome and the profile text.
@@ -62,19 +64,7 @@ fn self_loops_count_every_iteration() {
     let (o, text) = profile_cmd(&Cmd::guest("loops"), "loops.cg", &[]);
     let l = lines(&text);
     let ir = |line: u32| l.get(&line).map_or(0, |v| v[0]);
-    // The loop run 1..=9 times: 45 iterations of lines 14-16.
-    assert_eq!([ir(14), ir(15), ir(16)], [45; 3], "{text}");
-    assert_eq!([ir(13), ir(17), ir(18), ir(19)], [9; 4], "{text}");
-    // The spin loop (lines 36-38) stopped by SIGALRM: the guest exits with its iteration
-    // count's low byte, which the profile must agree with.
-    let spins = ir(36);
-    assert!(spins > 0 && ir(37) == spins && ir(38) == spins, "{text}");
-    assert_eq!(
-        o.end(),
-        End::Exit((spins & 0xff) as i32),
-        "{}",
-        o.describe()
-    );
+    check_loops_run(&o, &ir, &text);
     let total: u64 = l.values().map(|v| v[0]).sum();
     assert!(text.ends_with(&format!("summary: {total}\n")), "{text}");
 

@@ -6,7 +6,9 @@
 //! The guest `tests/guests/clg_graph.c` is compiled here with `gcc -O0` (skipped with a
 //! message when gcc is missing), so its shape does not depend on the optimiser.
 
-use rgrind_tests::{run, run_rgrind, run_valgrind, scratch_dir, valgrind, which, Cmd, End};
+use rgrind_tests::{
+    check_loops_run, run, run_rgrind, run_valgrind, scratch_dir, valgrind, which, Cmd, End,
+};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -338,19 +340,7 @@ fn self_loops_count_every_iteration_under_callgrind() {
     };
     let (o, l, text) = run_loops("loops.clg", &[]);
     let ir = |line: u32| l.get(&line).copied().unwrap_or(0);
-    // The loop run 1..=9 times: 45 iterations of lines 14-16.
-    assert_eq!([ir(14), ir(15), ir(16)], [45; 3], "{text}");
-    assert_eq!([ir(13), ir(17), ir(18), ir(19)], [9; 4], "{text}");
-    // The spin loop (lines 36-38) stopped by SIGALRM: the guest exits with its iteration
-    // count's low byte.
-    let spins = ir(36);
-    assert!(spins > 0 && ir(37) == spins && ir(38) == spins, "{text}");
-    assert_eq!(
-        o.end(),
-        End::Exit((spins & 0xff) as i32),
-        "{}",
-        o.describe()
-    );
+    check_loops_run(&o, &ir, &text);
 
     // Callgrind charges a block when the next one starts: the faulting 6th iteration is not
     // counted.
