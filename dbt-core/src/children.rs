@@ -4,8 +4,8 @@
 use crate::pattern::matches;
 
 /// The `--trace-children*` options. The skip lists are kept as given: comma-separated
-/// patterns of [`crate::pattern::matches`], empty fields ignored (a later option replaces an earlier
-/// one, as in Valgrind).
+/// patterns of [`crate::pattern::matches`], empty fields ignored (a later option replaces
+/// an earlier one, as in Valgrind).
 #[derive(Clone, Debug, Default)]
 pub struct ChildTracing {
     pub trace: bool,
