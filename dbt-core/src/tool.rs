@@ -3,7 +3,8 @@
 //!
 //! A tool supplies `fini` (write results for the way the process ends) and, through its
 //! default methods, opts into further hooks: `instrument` (add counting code to each block,
-//! deterministically: a block may be translated again) and `client_request`.
+//! deterministically: a block may be translated again), `client_request`, thread start and
+//! exit, and the system-call pair `pre_syscall`/`post_syscall`.
 //!
 //! It gets a read-only [`BlockView`] of each block and an [`Instrumenter`] with a few
 //! primitives; code generation stays in the core.
@@ -70,6 +71,18 @@ pub trait Tool: Send {
     /// (so a joiner sees the thread gone, as under Valgrind, whose thread slot is free then).
     fn thread_exit(&mut self, key: u64) {
         let _ = key;
+    }
+    /// Guest system call `nr` is about to run (Valgrind's `pre_syscall`): with the guest
+    /// stopped, on the calling thread ([`thread_key`]), before it may block.
+    fn pre_syscall(&mut self, nr: u64) {
+        let _ = nr;
+    }
+    /// Guest system call `nr` returned `result` to the calling thread (Valgrind's
+    /// `post_syscall`); for `exit` and `exit_group`, with result 0 before the thread or
+    /// process ends, as Valgrind. Not called for a successful `execve`, the child side of a
+    /// new thread, `rt_sigreturn`.
+    fn post_syscall(&mut self, nr: u64, result: i64) {
+        let _ = (nr, result);
     }
     /// Called once when the process ends in any way, before it ends.
     fn fini(&mut self, reason: FiniReason) {

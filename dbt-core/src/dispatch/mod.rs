@@ -144,10 +144,19 @@ pub fn run_thread(ctx: &mut ThreadContext) {
                 count(2);
                 ctx.rip = rec.target;
                 let nr = ctx.gpr[reg::RAX];
+                core().tool.pre_syscall(nr);
+                let ends = matches!(nr as i64, libc::SYS_exit | libc::SYS_exit_group);
+                if ends {
+                    // As Valgrind, whose wrappers complete these before the thread ends.
+                    core().tool.post_syscall(nr, 0);
+                }
                 if !syscall::handle(ctx) {
                     crate::signal::thread_exit(ctx);
                     crate::runlock::release();
                     return;
+                }
+                if !ends && nr != libc::SYS_rt_sigreturn as u64 {
+                    core().tool.post_syscall(nr, ctx.gpr[reg::RAX] as i64);
                 }
                 if ctx.gpr[reg::RAX] as i64 == -(libc::EINTR as i64) && crate::signal::has_work(ctx)
                 {

@@ -145,8 +145,12 @@ fn write_costs(s: &mut String, costs: &[u64]) {
     }
 }
 
+/// A `summary:`/`totals:` value: as a cost line, trailing zeros left out (Callgrind's
+/// `totals: 0` of a run that collected nothing).
 fn join(v: &[u64]) -> String {
-    v.iter().map(u64::to_string).collect::<Vec<_>>().join(" ")
+    let mut s = String::new();
+    write_costs(&mut s, v);
+    s
 }
 
 pub(super) fn write_part(

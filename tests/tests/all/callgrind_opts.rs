@@ -117,7 +117,7 @@ int main(void) { printf("%ld\n", spin(2470000)); return 0; }
 "#;
 
 /// Compiles `source` with `flags`; None (with a message) without gcc.
-fn build(name: &str, source: &str, flags: &[&str]) -> Option<PathBuf> {
+pub(crate) fn build(name: &str, source: &str, flags: &[&str]) -> Option<PathBuf> {
     let gcc = which("gcc").or_else(|| {
         println!("gcc not installed: callgrind option tests skipped");
         None

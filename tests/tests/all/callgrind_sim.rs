@@ -210,6 +210,10 @@ fn parse(text: &str) -> Profile {
             }
         }
     }
+    // Trailing zero events are left out of these lines, as of cost lines.
+    let n = p.events.len();
+    p.summary.resize(n.max(p.summary.len()), 0);
+    p.totals.resize(n.max(p.totals.len()), 0);
     p
 }
 

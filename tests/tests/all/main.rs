@@ -12,6 +12,7 @@ mod cachegrind;
 mod callgrind;
 mod callgrind_opts;
 mod callgrind_sim;
+mod callgrind_systime;
 mod exit;
 mod guest_env;
 mod helpers;

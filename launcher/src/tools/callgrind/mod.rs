@@ -34,8 +34,11 @@
 //! [`runtime::add_miss`]. Ir, Dr, Dw, Bc and Bi are derived from execution counts. All
 //! options combine: cost centres are partitioned by thread slot and carry every event.
 //!
-//! Not done yet: signal frames, `--collect-systime`, `--collect-bus`, `--simulate-wb`,
-//! `--simulate-hwpref`, `--cacheuse`. See `docs/callgrind.md`.
+//! `--collect-systime` times each system call between the core's `pre_syscall` and
+//! `post_syscall` hooks and charges it with [`Runtime::charge_syscall`].
+//!
+//! Not done yet: signal frames, `--collect-bus`, `--simulate-wb`, `--simulate-hwpref`,
+//! `--cacheuse`. See `docs/callgrind.md`.
 pub mod options;
 pub mod runtime;
 
@@ -48,9 +51,10 @@ use dbt_core::tool::{
     Instrumenter, MruCache, RepKind, Tool,
 };
 use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
+use options::SysTime;
 use runtime::{BlockInfo, Exit, FnFlags, InsnStat, JumpExit, Runtime, ThreadState, Trigger};
 use runtime::{CASE_CALL, CASE_RET};
-use runtime::{N_STATIC, RUN, R_BC, R_BI, R_DR, R_DW, R_IR, R_MISS};
+use runtime::{N_STATIC, N_SYS, RUN, R_BC, R_BI, R_DR, R_DW, R_IR, R_MISS, R_SYS};
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 pub use options::accepts;
@@ -150,6 +154,33 @@ static TOOL: AtomicPtr<Callgrind> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The runtime and the running thread's state.
 ///
+/// `--collect-systime`'s clock readings, as Callgrind takes them: elapsed time in the
+/// option's unit (milliseconds and nanoseconds of the monotonic clock, microseconds of the
+/// time of day) and, with `nsec`, the thread's CPU time in nanoseconds. A system call costs
+/// the difference of the readings around it.
+fn sys_clock(unit: SysTime) -> [u64; 2] {
+    let read = |clock: libc::clockid_t| {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a plain system call (vDSO) writing the local `ts`.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        (ts.tv_sec as u64)
+            .wrapping_mul(1_000_000_000)
+            .wrapping_add(ts.tv_nsec as u64)
+    };
+    match unit {
+        SysTime::No => [0, 0],
+        SysTime::Msec => [read(libc::CLOCK_MONOTONIC) / 1_000_000, 0],
+        SysTime::Usec => [read(libc::CLOCK_REALTIME) / 1_000, 0],
+        SysTime::Nsec => [
+            read(libc::CLOCK_MONOTONIC),
+            read(libc::CLOCK_THREAD_CPUTIME_ID),
+        ],
+    }
+}
+
 /// # Safety
 /// Only one guest thread runs at a time and the tool's hooks run with the guest stopped, so
 /// no two `&mut` to the runtime are live at once.
@@ -728,6 +759,27 @@ impl Callgrind {
                 }
             }
         }
+        let sys: &[&str] = match self.opts.collect_systime {
+            SysTime::No => &[],
+            SysTime::Msec | SysTime::Usec => &["sysCount", "sysTime"],
+            SysTime::Nsec => &["sysCount", "sysTime", "sysCpuTime"],
+        };
+        out.extend(sys.iter().zip(R_SYS..).map(|(&e, i)| (e, i)));
+        out
+    }
+
+    /// The `event:` lines Callgrind writes for its system-call events: (name, description).
+    fn event_names(&self) -> Vec<(String, String)> {
+        let unit = match self.opts.collect_systime {
+            SysTime::No => return Vec::new(),
+            SysTime::Msec => "ms",
+            SysTime::Usec => "us",
+            SysTime::Nsec => "ns",
+        };
+        let mut out = vec![("sysTime".into(), format!("sysTime (elapsed {unit})"))];
+        if self.opts.collect_systime == SysTime::Nsec {
+            out.push(("sysCpuTime".into(), "sysCpuTime (system cpu ns)".into()));
+        }
         out
     }
 
@@ -737,7 +789,7 @@ impl Callgrind {
 
     /// Builds the dump data from the runtime's cost centres and arcs of partition `th`
     /// (`None`: all): self costs of cost centres with a finished execution
-    /// ([`Runtime::finished_counts`]), skipped-function costs of all; takes the jump arcs to
+    /// ([`Runtime::finished_counts`]) and their skipped costs; takes the jump arcs to
     /// write.
     fn collect(&self, rt: &mut Runtime, th: Option<u32>) -> CallgrindData {
         let done = rt.finished_counts();
@@ -793,15 +845,16 @@ impl Callgrind {
             }
             r
         };
-        // Per cost centre: (self costs, skipped-function costs) to write. Self costs only
-        // with a finished execution (they stay for a later dump otherwise, see
-        // `Runtime::finished`); skipped-function costs always.
+        // Per cost centre: (self costs, skipped costs) to write, only with a finished
+        // execution (they stay for a later dump otherwise, see `Runtime::finished`): a
+        // system call made while not collecting is written once its block has run with
+        // collection on, as Callgrind does.
         let parts = |id: usize, b: &runtime::Bbcc| -> (bool, bool) {
             if th.is_some_and(|x| x != b.th) {
                 return (false, false);
             }
             let fin = done.get(id).is_some_and(|&n| n > 0);
-            (fin, b.skipped.iter().any(|&x| x != 0))
+            (fin, fin && b.skipped.iter().any(|&x| x != 0))
         };
         let mut keyed: Vec<(u32, u32, usize)> = rt
             .bbccs
@@ -962,6 +1015,7 @@ impl Callgrind {
             trigger.unwrap_or("Program termination"),
             self.events(),
         );
+        data.header.event_names = self.event_names();
         // The summary is the running cost since the last dump of the threads written (it
         // includes a held back cost centre); `Collected :` is what the dumps wrote.
         let map = self.event_map();
@@ -1211,6 +1265,33 @@ impl Tool for Callgrind {
             _ => return ClientReply::default(),
         }
         done
+    }
+
+    fn pre_syscall(&mut self, _nr: u64) {
+        let unit = self.opts.collect_systime;
+        if unit == SysTime::No {
+            return;
+        }
+        // SAFETY: tool hooks run with the guest stopped.
+        if let Some((_, t)) = unsafe { runtime_and_thread(dbt_core::tool::thread_key()) } {
+            t.sys_start = sys_clock(unit);
+        }
+    }
+
+    fn post_syscall(&mut self, _nr: u64, _result: i64) {
+        let unit = self.opts.collect_systime;
+        if unit == SysTime::No {
+            return;
+        }
+        let now = sys_clock(unit);
+        // SAFETY: tool hooks run with the guest stopped.
+        if let Some((rt, t)) = unsafe { runtime_and_thread(dbt_core::tool::thread_key()) } {
+            let mut cost = [0; N_SYS];
+            cost[0] = 1;
+            cost[1] = now[0].wrapping_sub(t.sys_start[0]);
+            cost[2] = now[1].wrapping_sub(t.sys_start[1]);
+            rt.charge_syscall(t, cost);
+        }
     }
 
     fn thread_start(&mut self, parent: u64, child: u64) {

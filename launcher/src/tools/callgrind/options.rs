@@ -89,6 +89,19 @@ pub struct ClOptions {
     pub cache_sim: bool,
     pub branch_sim: bool,
     pub caches: CacheOverrides,
+    pub collect_systime: SysTime,
+}
+
+/// `--collect-systime`: whether and in which unit system-call time is counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SysTime {
+    No,
+    /// `yes` and `msec`: milliseconds (sysCount, sysTime).
+    Msec,
+    /// Microseconds (sysCount, sysTime).
+    Usec,
+    /// Nanoseconds (sysCount, sysTime, sysCpuTime).
+    Nsec,
 }
 
 /// A bad option: the lines to print after `rgrind: ` (Valgrind's text).
@@ -151,6 +164,7 @@ impl Default for ClOptions {
             cache_sim: false,
             branch_sim: false,
             caches: CacheOverrides::default(),
+            collect_systime: SysTime::No,
         }
     }
 }
@@ -203,12 +217,14 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
                 }
             }
             "--collect-systime" => {
-                if !matches!(v.as_str(), "no" | "yes" | "msec" | "usec" | "nsec") {
-                    return Err(bad(n, v, format!("Invalid value '{v}'")));
-                }
-                if v != "no" {
-                    unsupported.push(format!("{n}={v}"));
-                }
+                o.collect_systime = match v.as_str() {
+                    "no" => SysTime::No,
+                    "yes" | "msec" => SysTime::Msec,
+                    "usec" => SysTime::Usec,
+                    "nsec" => SysTime::Nsec,
+                    // Valgrind's message for a value it does not know.
+                    _ => return Err(OptionError(vec![format!("Unknown option: {n}={v}")])),
+                };
             }
             "--separate-threads" => o.separate_threads = parse_bool(n, v)?,
             "--separate-callers" => {
@@ -264,13 +280,13 @@ pub fn parse(opts: &[(String, String)]) -> Result<ClOptions, OptionError> {
         o.collect_atstart = false;
     }
     // Options rgrind's callgrind does not do yet (`--simulate-wb/--simulate-hwpref/--cacheuse`,
-    // `--collect-systime`, `--collect-bus`) are accepted with their default (harnesses pass
+    // `--collect-bus`) are accepted with their default (harnesses pass
     // them) and refused when they ask for more: a clear error, never silently different output.
     if let Some(first) = unsupported.first() {
         return Err(OptionError(vec![
             format!("callgrind: {first} is not implemented in rgrind yet"),
             "supported: Ir, --cache-sim=yes, --branch-sim=yes, --collect-jumps=yes, \
-             --separate-threads=yes, --dump-every-bb=N"
+             --separate-threads=yes, --dump-every-bb=N, --collect-systime"
                 .to_string(),
         ]));
     }
@@ -298,7 +314,6 @@ mod tests {
             ("--simulate-wb", "yes"),
             ("--simulate-hwpref", "yes"),
             ("--cacheuse", "yes"),
-            ("--collect-systime", "nsec"),
             ("--collect-bus", "yes"),
         ] {
             let e = parse(&opts(&[(n, v)]))
@@ -315,6 +330,25 @@ mod tests {
         ] {
             assert!(parse(&opts(&[(n, v)])).is_ok(), "{n}={v} refused");
         }
+    }
+
+    #[test]
+    fn collect_systime_takes_valgrinds_units() {
+        for (v, want) in [
+            ("no", SysTime::No),
+            ("yes", SysTime::Msec),
+            ("msec", SysTime::Msec),
+            ("usec", SysTime::Usec),
+            ("nsec", SysTime::Nsec),
+        ] {
+            let o = parse(&opts(&[("--collect-systime", v)])).unwrap();
+            assert_eq!(o.collect_systime, want, "{v}");
+        }
+        let e = parse(&opts(&[("--collect-systime", "sec")])).unwrap_err();
+        assert_eq!(
+            e.0,
+            vec!["Unknown option: --collect-systime=sec".to_string()]
+        );
     }
 
     #[test]

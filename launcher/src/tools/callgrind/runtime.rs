@@ -53,8 +53,9 @@ use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 /// Words of a running cost ([`ThreadState::run`], [`Jcc::incl`]): the static events
 /// `Ir Dr Dw Bc Bi` (indices [`R_IR`]..=[`R_BI`]), then up to 8 run-time slots from
-/// [`R_MISS`] on (misses and mispredicts, in the order of [`Runtime::miss_events`]).
-pub const RUN: usize = 13;
+/// [`R_MISS`] on (misses and mispredicts, in the order of [`Runtime::miss_events`]), then
+/// the system-call events from [`R_SYS`] on (`--collect-systime`).
+pub const RUN: usize = 16;
 pub const R_IR: usize = 0;
 pub const R_DR: usize = 1;
 pub const R_DW: usize = 2;
@@ -63,6 +64,12 @@ pub const R_BI: usize = 4;
 pub const R_MISS: usize = 5;
 /// Static events per block execution (Ir Dr Dw Bc Bi).
 pub const N_STATIC: usize = 5;
+/// `sysCount sysTime sysCpuTime` ([`Runtime::charge_syscall`]). They stay out of the
+/// words the paths that charge blocks and push and pop frames carry ([`Runtime::n_cost`]):
+/// a system call's cost goes straight to every arc on the call stack instead.
+pub const R_SYS: usize = 13;
+pub const N_SYS: usize = 3;
+const _: () = assert!(R_SYS >= R_MISS + 8 && R_SYS + N_SYS == RUN);
 
 /// Where the simulator helpers add a miss of instruction `i`, slot `s` (encoded in their
 /// first argument as `i << 8 | s`): `base + i * stride + s`, where `base` is
@@ -643,6 +650,9 @@ pub struct ThreadState {
     pub run: [u64; RUN],
     /// Running cost at the last dump or zeroing.
     pub lastdump: [u64; RUN],
+    /// When the system call in progress started (`--collect-systime`: the tool's clock
+    /// readings).
+    pub sys_start: [u64; 2],
     last_bbcc: Option<u32>,
     fn_active: Vec<u32>,
     nonskipped: Option<u32>,
@@ -827,6 +837,7 @@ impl Runtime {
             cxt: None,
             run: [0; RUN],
             lastdump: [0; RUN],
+            sys_start: [0; 2],
             last_bbcc: None,
             fn_active: Vec::new(),
             nonskipped: None,
@@ -1022,6 +1033,24 @@ impl Runtime {
             N_STATIC + ev.len()
         };
         self.miss_events = ev;
+    }
+
+    /// Charges a system call of thread `t` (`--collect-systime`: [`N_SYS`] words from
+    /// [`R_SYS`] on) as Callgrind's `post_syscall` does: to the running cost and the current
+    /// cost centre's skipped-cost line (whether collecting or not), and, as its frames'
+    /// inclusive costs would take it from the running cost on return, to the arc of every
+    /// frame on the call stack.
+    pub fn charge_syscall(&mut self, t: &mut ThreadState, cost: [u64; N_SYS]) {
+        let Some(b) = t.last_bbcc else { return };
+        add_cost(&mut t.run[R_SYS..], &cost, N_SYS);
+        if let Some(c) = self.bbccs.get_mut(b as usize) {
+            add_cost(&mut c.skipped[R_SYS..], &cost, N_SYS);
+        }
+        for e in &t.stack {
+            if let Some(j) = e.jcc.get().and_then(|j| self.jccs.get_mut(j as usize)) {
+                add_cost(&mut j.incl[R_SYS..], &cost, N_SYS);
+            }
+        }
     }
 
     /// The miss array of a cost centre (null when there is none), where the simulator
@@ -2936,7 +2965,7 @@ impl Runtime {
     /// Zeroes the cost centres and call arcs (after a dump, or `CALLGRIND_ZERO_STATS`) of
     /// the thread slot at index `only` (its partition and its running cost) or of all.
     /// Only cost centres with a finished execution ([`Runtime::finished`]) lose their self
-    /// costs (Callgrind leaves the others alone); skipped-function costs always go.
+    /// and skipped costs (Callgrind leaves the others alone).
     /// `after_dump`: an arc with no inclusive cost was not written and keeps its call count
     /// (as Callgrind clears only the arcs it writes).
     pub fn zero(&mut self, only: Option<usize>, after_dump: bool) {
@@ -2946,11 +2975,10 @@ impl Runtime {
             if th.is_some_and(|x| x != b.th) {
                 continue;
             }
-            // Skipped-function costs are dumped in any case (see the tool's `collect`).
-            b.skipped = [0; RUN];
             if !fin {
                 continue;
             }
+            b.skipped = [0; RUN];
             b.count = 0;
             b.adj = 0;
             b.rep_extra.iter_mut().for_each(|x| *x = 0);
