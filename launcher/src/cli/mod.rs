@@ -183,6 +183,16 @@ const OPTIONS: &[Opt] = &[
         help: "no|yes|try: run one guest thread at a time, in FIFO order (always so with cachegrind/callgrind) [no]",
     },
     Opt {
+        name: "--error-exitcode",
+        kind: Kind::Str,
+        help: "exit code to return if errors were found [0=disable]; cachegrind and callgrind report none, as under Valgrind",
+    },
+    Opt {
+        name: "--vgdb",
+        kind: Kind::Str,
+        help: "no|yes: rgrind has no gdbserver, so both mean no (full is refused) [yes]",
+    },
+    Opt {
         name: "--guest-env",
         kind: Kind::Str,
         help: "valgrind|native: show the program the machine Valgrind shows (its CPUID, auxv, preload object and the Debian wrapper's variables) or the host as it is [valgrind for cachegrind/callgrind, native for none]",
@@ -298,6 +308,27 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
                     }
                 }
             }
+            "--error-exitcode" => {
+                // Valgrind's integer parse: an optional sign and digits (empty is 0). No
+                // tool here reports errors, so the code is never used, as under Valgrind.
+                let digits = v.strip_prefix(['-', '+']).unwrap_or(v);
+                if !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(CliError::BadValue(
+                        arg.clone(),
+                        format!("Invalid integer value '{v}'"),
+                    ));
+                }
+            }
+            "--vgdb" => match v {
+                "no" | "yes" => {}
+                "full" => {
+                    return Err(CliError::BadValue(
+                        arg.clone(),
+                        "--vgdb=full is not implemented in rgrind (it has no gdbserver)".into(),
+                    ))
+                }
+                _ => return Err(CliError::Unknown(arg.clone())),
+            },
             "--guest-env" => {
                 s.guest_env = Some(match v {
                     "valgrind" => true,
@@ -366,6 +397,40 @@ mod tests {
             s.program_args,
             vec![OsString::from("-l"), OsString::from("--tool=x")]
         );
+    }
+
+    #[test]
+    fn harness_core_options_are_accepted_as_valgrind_does() {
+        // gungraun's and CodSpeed's first options.
+        let line = [
+            "--tool=callgrind",
+            "--error-exitcode=0",
+            "--trace-children=yes",
+            "--fair-sched=try",
+            "--vgdb=no",
+            "ls",
+        ];
+        let s = check(&line, Ok(())).unwrap();
+        assert_eq!(s.tool, ToolName::Callgrind);
+        assert!(s.trace_children && s.fair_sched);
+        for ok in ["--error-exitcode=-1", "--error-exitcode=", "--vgdb=yes"] {
+            check(&[ok, "ls"], Ok(()));
+        }
+        check(
+            &["--error-exitcode=abc", "ls"],
+            Err(CliError::BadValue(
+                "--error-exitcode=abc".into(),
+                "Invalid integer value 'abc'".into(),
+            )),
+        );
+        check(
+            &["--vgdb=maybe", "ls"],
+            Err(CliError::Unknown("--vgdb=maybe".into())),
+        );
+        assert!(matches!(
+            parse(&[OsString::from("--vgdb=full"), OsString::from("ls")]),
+            Err(CliError::BadValue(..))
+        ));
     }
 
     #[test]
