@@ -52,6 +52,7 @@ fn valgrind_files_round_trip_byte_exact() {
         let opts = WriteOptions {
             compress_strings: compress,
             compress_pos: compress,
+            continued: false,
         };
         let again = parts[0].to_text(opts);
         assert_eq!(again, text, "{name} was not rewritten byte for byte");
@@ -61,6 +62,7 @@ fn valgrind_files_round_trip_byte_exact() {
         let other = parts[0].to_text(WriteOptions {
             compress_strings: !compress,
             compress_pos: !compress,
+            continued: false,
         });
         let other_parts = parse_callgrind("other", &other).unwrap();
         let strip = |p: &ClPart| -> Vec<(Option<String>, String, String, Vec<ClEntry>)> {
@@ -352,6 +354,7 @@ fn writer_reproduces_valgrind_and_is_accepted_by_annotators() {
                     dump_line: true,
                     compress_strings: compress,
                     compress_pos: compress,
+                    continued: false,
                 };
                 let ours = data.to_part(&sym, &opts).unwrap();
                 // Same functions (names, ids, files) with the same self costs, but for the
@@ -388,6 +391,7 @@ fn writer_reproduces_valgrind_and_is_accepted_by_annotators() {
                 let text = ours.to_text(WriteOptions {
                     compress_strings: compress,
                     compress_pos: compress,
+                    continued: false,
                 });
                 let back = parse_callgrind("ours", &text).unwrap();
                 assert_eq!(fn_self_totals(&back[0]), got);

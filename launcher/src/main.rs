@@ -147,6 +147,7 @@ fn run(s: Settings) -> ! {
             // -q keeps warnings (as Valgrind does) and drops the rest.
             tools::cachegrind::StartupLine::User(t) if !s.quiet => log::line(&t),
             tools::cachegrind::StartupLine::User(_) => {}
+            tools::cachegrind::StartupLine::Notice(t) => log::line(&t),
         }
     }
     let opts = dbt_core::CoreOptions {

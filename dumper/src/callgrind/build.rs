@@ -82,6 +82,8 @@ pub struct CallgrindOptions {
     pub compress_strings: bool,
     /// `--compress-pos`.
     pub compress_pos: bool,
+    /// A later part appended to a combined file (`--combine-dumps=yes`).
+    pub continued: bool,
 }
 
 impl Default for CallgrindOptions {
@@ -91,6 +93,7 @@ impl Default for CallgrindOptions {
             dump_line: true,
             compress_strings: true,
             compress_pos: true,
+            continued: false,
         }
     }
 }
@@ -446,6 +449,7 @@ impl CallgrindData {
             super::WriteOptions {
                 compress_strings: opts.compress_strings,
                 compress_pos: opts.compress_pos,
+                continued: opts.continued,
             },
         )
         .map_err(|e| DumpError::write("<output>", e))

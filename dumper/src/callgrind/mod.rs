@@ -183,6 +183,8 @@ pub struct WriteOptions {
     pub compress_strings: bool,
     /// `--compress-pos`.
     pub compress_pos: bool,
+    /// A later part appended to a combined file (`--combine-dumps=yes`): no file header.
+    pub continued: bool,
 }
 
 impl Default for WriteOptions {
@@ -190,6 +192,7 @@ impl Default for WriteOptions {
         WriteOptions {
             compress_strings: true,
             compress_pos: true,
+            continued: false,
         }
     }
 }

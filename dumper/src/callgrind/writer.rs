@@ -160,16 +160,20 @@ pub(super) fn write_part(
 ) -> std::io::Result<()> {
     let h = &p.header;
     let mut s = String::new();
-    s.push_str("# callgrind format\n");
-    let _ = writeln!(s, "version: {}", h.version);
-    if let Some(c) = &h.creator {
-        let _ = writeln!(s, "creator: {c}");
-    }
-    if let Some(pid) = h.pid {
-        let _ = writeln!(s, "pid: {pid}");
-    }
-    if let Some(c) = &h.cmd {
-        let _ = writeln!(s, "cmd: {c}");
+    if !opts.continued {
+        s.push_str("# callgrind format\n");
+        let _ = writeln!(s, "version: {}", h.version);
+        if let Some(c) = &h.creator {
+            let _ = writeln!(s, "creator: {c}");
+        }
+        if let Some(pid) = h.pid {
+            let _ = writeln!(s, "pid: {pid}");
+        }
+        if let Some(c) = &h.cmd {
+            let _ = writeln!(s, "cmd: {c}");
+        }
+    } else {
+        s.push('\n');
     }
     if let Some(part) = h.part {
         let _ = writeln!(s, "part: {part}");
@@ -177,17 +181,26 @@ pub(super) fn write_part(
     if let Some(t) = h.thread {
         let _ = writeln!(s, "thread: {t}");
     }
-    s.push_str("\n\n");
+    s.push('\n');
     let is_run = |d: &&String| d.starts_with("Timerange:") || d.starts_with("Trigger:");
     let cache: Vec<&String> = h.desc.iter().filter(|d| !is_run(d)).collect();
     let run: Vec<&String> = h.desc.iter().filter(is_run).collect();
-    for group in [cache, run] {
-        if !group.is_empty() {
-            for d in group {
-                let _ = writeln!(s, "desc: {d}");
-            }
+    // A later part of a combined file (`--combine-dumps=yes`) leaves out the file's header
+    // and the cache descriptions, as Callgrind does.
+    if !opts.continued {
+        s.push('\n');
+        for d in &cache {
+            let _ = writeln!(s, "desc: {d}");
+        }
+        if !cache.is_empty() {
             s.push('\n');
         }
+    }
+    if !run.is_empty() {
+        for d in run {
+            let _ = writeln!(s, "desc: {d}");
+        }
+        s.push('\n');
     }
     let kinds: Vec<&str> = h.positions.iter().map(|k| k.name()).collect();
     let _ = writeln!(s, "positions: {}", kinds.join(" "));

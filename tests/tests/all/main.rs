@@ -15,6 +15,7 @@ mod callgrind_sim;
 mod callgrind_systime;
 mod exit;
 mod guest_env;
+mod harness;
 mod helpers;
 mod loader;
 mod memory;

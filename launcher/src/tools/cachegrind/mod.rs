@@ -245,6 +245,8 @@ pub enum StartupLine {
     Debug(String),
     /// `==PID== ` line.
     User(String),
+    /// `==PID== ` line printed even with `-q`.
+    Notice(String),
 }
 
 /// The inline-check constants of a cache level (shared with callgrind).

@@ -365,6 +365,12 @@ impl Callgrind {
         let opts = options::parse(tool_options).map_err(|e| e.0)?;
         runtime::init_jump();
         let mut lines = Vec::new();
+        if !opts.dump_line && !opts.dump_instr {
+            // Callgrind falls back to line positions, and says so even with -q.
+            lines.push(StartupLine::Notice(
+                "Using source line as position.".to_string(),
+            ));
+        }
         let caches = if opts.cache_sim {
             // Same geometry rules, warnings and simulator as cachegrind.
             let sim = super::cachegrind::build_caches(&opts.caches, &mut lines)?;
@@ -1051,13 +1057,14 @@ impl Callgrind {
         } else {
             dumper::outfile::callgrind_dump_name(&base, trigger.map(|_| part), th.map(|x| x.1))
         };
+        let append = self.opts.combine_dumps && (part > 1 || slot.is_some_and(|i| i > 0));
         let copts = CallgrindOptions {
             dump_instr: self.opts.dump_instr,
             dump_line: self.opts.dump_line,
             compress_strings: self.opts.compress_strings,
             compress_pos: self.opts.compress_pos,
+            continued: append,
         };
-        let append = self.opts.combine_dumps && (part > 1 || slot.is_some_and(|i| i > 0));
         let result = (|| -> Result<(), String> {
             let mut f = std::fs::OpenOptions::new()
                 .create(true)
