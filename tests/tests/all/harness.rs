@@ -307,3 +307,52 @@ fn codspeed_command_line() {
     );
     compare(&mine, &theirs, "CodSpeed");
 }
+
+#[test]
+fn gungraun_cachegrind_command_line() {
+    let Some(exe) = build("harness-gungraun-cg", BENCH_C, &["-O1"]) else {
+        return;
+    };
+    let mut opts: Vec<String> = [
+        "--tool=cachegrind",
+        "--error-exitcode=0",
+        "--trace-children=yes",
+        "--fair-sched=try",
+        "--vgdb=no",
+    ]
+    .map(String::from)
+    .to_vec();
+    opts.extend(GEOMETRY.map(String::from));
+    opts.extend(
+        [
+            "--cache-sim=yes",
+            "--cachegrind-out-file=<dir>/cachegrind.bench.out.#%p",
+            "--log-file=<dir>/cachegrind.bench.log.#%p",
+        ]
+        .map(String::from),
+    );
+    let header = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with("events:") || l.starts_with("desc: I1"))
+            .map(String::from)
+            .collect()
+    };
+    let mine = run_files(None, &exe, "harness-gungraun-cg.rg", &opts, None);
+    assert_eq!(
+        mine.keys().collect::<Vec<_>>(),
+        ["cachegrind.bench.log.#PID", "cachegrind.bench.out.#PID"]
+    );
+    let out = &mine["cachegrind.bench.out.#PID"];
+    assert!(out.lines().any(|l| l.starts_with("cmd: ")), "{out}");
+    check_log(&mine["cachegrind.bench.log.#PID"], "cachegrind");
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let theirs = run_files(Some(&vg), &exe, "harness-gungraun-cg.vg", &opts, None);
+    assert_eq!(
+        mine.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(header(out), header(&theirs["cachegrind.bench.out.#PID"]));
+}
