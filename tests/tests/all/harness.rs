@@ -94,8 +94,8 @@ fn run_files(
         .collect()
 }
 
-/// The header lines the harnesses read, the `desc: Trigger:` lines, and per part the Ir of
-/// `totals:` (the first number; parts in file order).
+/// The header lines the harnesses read, the `desc: Trigger:` and `summary:` lines, and per
+/// part the Ir of `totals:` (the first number; parts in file order).
 fn shape(text: &str) -> (Vec<String>, Vec<u64>) {
     let mut lines = Vec::new();
     let mut ir = Vec::new();
@@ -106,6 +106,7 @@ fn shape(text: &str) -> (Vec<String>, Vec<u64>) {
             "positions:",
             "desc: Trigger:",
             "part:",
+            "summary:",
         ]
         .iter()
         .any(|p| l.starts_with(p))
