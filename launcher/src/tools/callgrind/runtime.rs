@@ -132,7 +132,7 @@ pub fn ll_hit_count(index: usize, slot: u64) -> LlHitCount {
 
 /// `acc[..n] += now[..n] - then[..n]` (wrapping; volatile: no vector registers in the fast path).
 #[inline(always)]
-fn add_diff(acc: &mut [u64; RUN], now: &[u64; RUN], then: &[u64; RUN], n: usize) {
+fn add_diff(acc: &mut [u64], now: &[u64], then: &[u64], n: usize) {
     for ((a, x), y) in acc.iter_mut().zip(now.iter()).zip(then.iter()).take(n) {
         // SAFETY: references to live words.
         unsafe {
@@ -142,6 +142,14 @@ fn add_diff(acc: &mut [u64; RUN], now: &[u64; RUN], then: &[u64; RUN], n: usize)
             core::ptr::write_volatile(a, v);
         }
     }
+}
+
+/// The part of running cost `run` a frame keeps (`Entry::enter_cost`).
+#[inline(always)]
+fn entry_cost(run: &[u64; RUN]) -> [u64; R_SYS] {
+    let mut c = [0; R_SYS];
+    c.copy_from_slice(&run[..R_SYS]);
+    c
 }
 
 /// `acc[..n] += add[..n]` (volatile, as [`add_diff`]).
@@ -607,7 +615,9 @@ struct Entry {
     plan_next_sp: u64,
     /// The bytes the inline return path pops: this frame, or with a stub call's frame below.
     plan_drop: u64,
-    enter_cost: [u64; RUN],
+    /// The running cost at entry: the words paths that push and pop frames carry (the
+    /// system-call words go straight to the arcs, [`Runtime::charge_syscall`]).
+    enter_cost: [u64; R_SYS],
 }
 
 impl Entry {
@@ -626,7 +636,7 @@ impl Entry {
         plan_incl: 0,
         plan_next_sp: 0,
         plan_drop: 0,
-        enter_cost: [0; RUN],
+        enter_cost: [0; R_SYS],
     };
 }
 
@@ -1205,7 +1215,7 @@ impl Runtime {
             jcc: Id::of(jcc),
             sp,
             ret_addr,
-            enter_cost: t.run,
+            enter_cost: entry_cost(&t.run),
             cxt: Id::of(saved.0),
             fn_sp: saved.1,
             nonskipped: Id::of(t.nonskipped),
@@ -1527,7 +1537,7 @@ impl Runtime {
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_next_sp), plan.next_sp);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_drop), plan.drop);
             let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
-            for k in 0..RUN {
+            for k in 0..R_SYS {
                 let v = if k < self.n_cost { t.run[k] } else { 0 };
                 core::ptr::write_volatile(ec.add(k), v);
             }
@@ -2918,7 +2928,7 @@ impl Runtime {
             for e in t.stack.iter_mut() {
                 if let Some(j) = e.jcc.get() {
                     add_diff(&mut self.jccs[j as usize].incl, &run, &e.enter_cost, n);
-                    e.enter_cost = run;
+                    e.enter_cost = entry_cost(&run);
                 }
             }
         }
@@ -3001,7 +3011,7 @@ impl Runtime {
             }
             let run = t.run;
             for e in t.stack.iter_mut() {
-                e.enter_cost = run;
+                e.enter_cost = entry_cost(&run);
             }
             t.lastdump = run;
         }
