@@ -152,3 +152,50 @@ fn trace_children_skip_patterns_choose_the_native_children() {
     let o = run_rgrind(&["--tool=none", "--trace-children-skip=nothing"], &cmd);
     assert_eq!(command_pids(&o).len(), 1, "{}", o.describe());
 }
+
+/// A fork child goes on profiling and writes its own file, named with its pid (`%p`), as
+/// Valgrind's tools do; the parent's file keeps the parent's pid.
+#[test]
+fn a_fork_child_writes_its_own_profile() {
+    let dir = std::env::temp_dir().join(format!("rgrind-fork-out.{}", std::process::id()));
+    for (tool, opt, pid_of) in [
+        ("callgrind", "--callgrind-out-file", "pid: "),
+        ("cachegrind", "--cachegrind-out-file", ""),
+    ] {
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("scratch folder");
+        let out = format!("{opt}={}/out.%p", dir.display());
+        let o = run_rgrind(
+            &[&format!("--tool={tool}"), &out],
+            &guest_case("fork").cmd(),
+        );
+        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+        let mut names: Vec<String> = std::fs::read_dir(&dir)
+            .expect("scratch folder")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names.len(),
+            2,
+            "{tool}: want the parent's and the child's file: {names:?}"
+        );
+        let parent = tool_line_pid(o.stderr.split(|&b| b == b'\n').next().unwrap_or(&[]));
+        assert!(
+            names.contains(&format!("out.{}", parent.expect("a ==PID== line"))),
+            "{tool}: {names:?}"
+        );
+        for n in &names {
+            let text = std::fs::read_to_string(dir.join(n)).expect("profile");
+            assert!(
+                text.contains("summary:"),
+                "{tool}: {n} is not a whole profile"
+            );
+            if !pid_of.is_empty() {
+                let pid = n.trim_start_matches("out.");
+                assert!(text.contains(&format!("{pid_of}{pid}\n")), "{tool}: {n}");
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

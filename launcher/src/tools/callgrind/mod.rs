@@ -336,7 +336,9 @@ pub struct Callgrind {
     /// Dumps written so far (the next intermediate dump is `.N+1`).
     dumps: u32,
     bbs_done: u64,
-    base: Option<String>,
+    /// The output file's name and the process it was made for: a fork child makes its own
+    /// (`%p` is its pid), as Callgrind's `init_dumps` after a fork.
+    base: Option<(u32, String)>,
     caches: Option<Caches>,
     /// Slots of the branch mispredicts (`Bcm`; `Bim` is the next) when simulating branches.
     branch_slot: Option<u64>,
@@ -441,7 +443,7 @@ impl Callgrind {
             .truncate(true)
             .write(true)
             .open(&base);
-        t.base = Some(base);
+        t.base = Some((std::process::id(), base));
         lines.push(StartupLine::User(
             "For interactive control, run 'callgrind_control -h'.".to_string(),
         ));
@@ -1042,10 +1044,14 @@ impl Callgrind {
                 *x += y;
             }
         }
+        let pid = std::process::id();
         let base = match &self.base {
-            Some(b) => b.clone(),
-            None => match self.base_name() {
-                Ok(b) => b,
+            Some((p, b)) if *p == pid => b.clone(),
+            _ => match self.base_name() {
+                Ok(b) => {
+                    self.base = Some((pid, b.clone()));
+                    b
+                }
                 Err(e) => {
                     crate::log::line(&format!("error: {e}"));
                     return;
