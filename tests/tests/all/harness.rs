@@ -187,24 +187,32 @@ fn compare(mine: &BTreeMap<String, String>, theirs: &BTreeMap<String, String>, w
     }
 }
 
+/// What gungraun passes before its tool's own options: the core options, then the cache
+/// geometry and `--cache-sim=yes`.
+fn gungraun_prefix(tool: &str) -> Vec<String> {
+    let mut opts = vec![format!("--tool={tool}")];
+    opts.extend(
+        [
+            "--error-exitcode=0",
+            "--trace-children=yes",
+            "--fair-sched=try",
+            "--vgdb=no",
+        ]
+        .map(String::from),
+    );
+    opts.extend(GEOMETRY.map(String::from));
+    opts.push("--cache-sim=yes".into());
+    opts
+}
+
 #[test]
 fn gungraun_command_line() {
     let Some(exe) = build("harness-gungraun", BENCH_C, &["-O1"]) else {
         return;
     };
-    let mut opts: Vec<String> = [
-        "--tool=callgrind",
-        "--error-exitcode=0",
-        "--trace-children=yes",
-        "--fair-sched=try",
-        "--vgdb=no",
-    ]
-    .map(String::from)
-    .to_vec();
-    opts.extend(GEOMETRY.map(String::from));
+    let mut opts = gungraun_prefix("callgrind");
     opts.extend(
         [
-            "--cache-sim=yes",
             "--compress-strings=no",
             "--compress-pos=no",
             "--dump-line=yes",
@@ -314,19 +322,9 @@ fn gungraun_cachegrind_command_line() {
     let Some(exe) = build("harness-gungraun-cg", BENCH_C, &["-O1"]) else {
         return;
     };
-    let mut opts: Vec<String> = [
-        "--tool=cachegrind",
-        "--error-exitcode=0",
-        "--trace-children=yes",
-        "--fair-sched=try",
-        "--vgdb=no",
-    ]
-    .map(String::from)
-    .to_vec();
-    opts.extend(GEOMETRY.map(String::from));
+    let mut opts = gungraun_prefix("cachegrind");
     opts.extend(
         [
-            "--cache-sim=yes",
             "--cachegrind-out-file=<dir>/cachegrind.bench.out.#%p",
             "--log-file=<dir>/cachegrind.bench.log.#%p",
         ]
