@@ -152,8 +152,6 @@ static LAST_THREAD: AtomicPtr<ThreadState> = AtomicPtr::new(core::ptr::null_mut(
 /// dump `clg_setup` writes; set by `instrument`.
 static TOOL: AtomicPtr<Callgrind> = AtomicPtr::new(core::ptr::null_mut());
 
-/// The runtime and the running thread's state.
-///
 /// `--collect-systime`'s clock readings, as Callgrind takes them: elapsed time in the
 /// option's unit (milliseconds and nanoseconds of the monotonic clock, microseconds of the
 /// time of day) and, with `nsec`, the thread's CPU time in nanoseconds. A system call costs
@@ -181,6 +179,8 @@ fn sys_clock(unit: SysTime) -> [u64; 2] {
     }
 }
 
+/// The runtime and the running thread's state.
+///
 /// # Safety
 /// Only one guest thread runs at a time and the tool's hooks run with the guest stopped, so
 /// no two `&mut` to the runtime are live at once.
