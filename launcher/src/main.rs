@@ -34,7 +34,11 @@ fn main() {
             Err(e) => fail(&[e.to_string()]),
         }
     }
-    let settings = match cli::parse(&args) {
+    let (defaults, warnings) = cli::default_options();
+    for w in warnings {
+        eprintln!("rgrind: warning: {w}");
+    }
+    let settings = match cli::parse(&defaults, &args) {
         Ok(Command::Run(s)) => s,
         Ok(Command::Help) => {
             print!("{}", cli::usage());

@@ -219,6 +219,92 @@ pub fn usage() -> String {
     s
 }
 
+/// Option `arg` as it applies to tool `tool`: `--<tool>:rest` becomes `--rest`; `None` when
+/// it is prefixed with another tool's name (Valgrind skips those). A colon after the `=`
+/// belongs to the value.
+fn for_tool(arg: &str, tool: &str) -> Option<String> {
+    let name_end = arg.find(['=', ':']).unwrap_or(arg.len());
+    if !arg[name_end..].starts_with(':') {
+        return Some(arg.to_string());
+    }
+    let prefix = arg.get(2..name_end).unwrap_or("");
+    (arg.starts_with("--") && prefix == tool).then(|| format!("--{}", &arg[name_end + 1..]))
+}
+
+/// Valgrind's option sources before the command line, in its order: `$HOME/.valgrindrc`,
+/// `$VALGRIND_OPTS`, `./.valgrindrc` (not when `.` is `$HOME`), each split at blanks with
+/// `'` and `"` quoting. An rc file not owned by the user or writable by all is not read
+/// (Valgrind's CVE-2008-4865 rule), with a warning.
+pub fn default_options() -> (Vec<OsString>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut warnings = Vec::new();
+    let home = std::env::var_os("HOME");
+    let mut rc = |dir: &std::path::Path, out: &mut Vec<OsString>| {
+        let path = dir.join(".valgrindrc");
+        let Ok(meta) = std::fs::metadata(&path) else {
+            return;
+        };
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        if meta.uid() != euid || meta.mode() & 0o002 != 0 {
+            warnings.push(format!(
+                "{} was not read as it is either world writeable or not owned by the current user",
+                path.display()
+            ));
+            return;
+        }
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            out.extend(split_options(&text));
+        }
+    };
+    if let Some(h) = &home {
+        rc(std::path::Path::new(h), &mut out);
+    }
+    if let Some(env) = std::env::var_os("VALGRIND_OPTS") {
+        out.extend(split_options(&env.to_string_lossy()));
+    }
+    let cwd = std::env::current_dir().ok();
+    let same = match (&home, &cwd) {
+        (Some(h), Some(c)) => std::fs::canonicalize(h).ok().as_deref() == Some(c.as_path()),
+        _ => false,
+    };
+    if !same {
+        rc(std::path::Path::new("."), &mut out);
+    }
+    (out, warnings)
+}
+
+/// Splits option text as Valgrind does: at blanks, `'...'` and `"..."` quoting blanks (the
+/// quotes themselves dropped).
+fn split_options(text: &str) -> Vec<OsString> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote = None;
+    let mut any = false;
+    for c in text.chars() {
+        match quote {
+            Some(q) if c == q => quote = None,
+            Some(_) => cur.push(c),
+            None if c == '\'' || c == '"' => {
+                quote = Some(c);
+                any = true;
+            }
+            None if c.is_whitespace() => {
+                if any || !cur.is_empty() {
+                    out.push(OsString::from(std::mem::take(&mut cur)));
+                }
+                any = false;
+            }
+            None => cur.push(c),
+        }
+    }
+    if any || !cur.is_empty() {
+        out.push(OsString::from(cur));
+    }
+    out
+}
+
 fn parse_bool(opt: &str, v: &str) -> Result<bool, CliError> {
     match v {
         "yes" => Ok(true),
@@ -227,7 +313,12 @@ fn parse_bool(opt: &str, v: &str) -> Result<bool, CliError> {
     }
 }
 
-pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
+/// Parses the command line `args` after `defaults`, the options Valgrind reads first
+/// (`~/.valgrindrc`, `$VALGRIND_OPTS`, `./.valgrindrc`: [`default_options`]). As in
+/// Valgrind, the tool comes from the command line only (a `--tool=` among the defaults is
+/// ignored), an option written `--<tool>:name=value` applies only when that tool runs, and
+/// the defaults are not among [`Settings::raw_options`] (an exec'd child reads them again).
+pub fn parse(defaults: &[OsString], args: &[OsString]) -> Result<Command, CliError> {
     let mut s = Settings {
         tool: ToolName::None,
         quiet: false,
@@ -249,13 +340,39 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
         program_args: Vec::new(),
     };
     let mut tool_given = None;
-    let mut i = 0;
-    while i < args.len() {
-        let arg = args[i].to_string_lossy().into_owned();
-        if !arg.starts_with('-') {
-            break;
+    // The command line's options end at the program.
+    let i = args
+        .iter()
+        .position(|a| !a.to_string_lossy().starts_with('-'))
+        .unwrap_or(args.len());
+    let tool_name = args[..i]
+        .iter()
+        .filter_map(|a| a.to_str()?.strip_prefix("--tool="))
+        .next_back()
+        .unwrap_or("none")
+        .to_string();
+    let all = defaults
+        .iter()
+        .map(|a| (a, false))
+        .chain(args[..i].iter().map(|a| (a, true)));
+    for (raw, on_command_line) in all {
+        let given = raw.to_string_lossy().into_owned();
+        if !given.starts_with('-') {
+            return Err(CliError::Unknown(given));
         }
-        i += 1;
+        let keep = |s: &mut Settings| {
+            if on_command_line {
+                s.raw_options.push(raw.clone());
+            }
+        };
+        let Some(arg) = for_tool(&given, &tool_name) else {
+            // Another tool's: skipped here, passed on to exec'd children as Valgrind does.
+            keep(&mut s);
+            continue;
+        };
+        if !on_command_line && arg.starts_with("--tool=") {
+            continue;
+        }
         match arg.as_str() {
             "-h" | "--help" | "--help-debug" => return Ok(Command::Help),
             "--version" => return Ok(Command::Version),
@@ -268,7 +385,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
         let Some(opt) = OPTIONS.iter().find(|o| o.name == name) else {
             if let (true, Some(v)) = (crate::tools::is_tool_option(name), value) {
                 s.tool_options.push((name.to_string(), v.to_string()));
-                s.raw_options.push(args[i - 1].clone());
+                keep(&mut s);
                 continue;
             }
             return Err(CliError::Unknown(arg.clone()));
@@ -345,7 +462,7 @@ pub fn parse(args: &[OsString]) -> Result<Command, CliError> {
             }
             _ => return Err(CliError::Unknown(arg.clone())),
         }
-        s.raw_options.push(args[i - 1].clone());
+        keep(&mut s);
     }
     s.tool = match tool_given.as_deref() {
         None | Some("none") => ToolName::None,
@@ -377,7 +494,7 @@ mod tests {
 
     fn check(args: &[&str], expect: Result<(), CliError>) -> Option<Settings> {
         let a: Vec<OsString> = args.iter().map(OsString::from).collect();
-        match (parse(&a), expect) {
+        match (parse(&[], &a), expect) {
             (Ok(Command::Run(s)), Ok(())) => Some(s),
             (Err(e), Err(want)) => {
                 assert_eq!(e, want);
@@ -428,9 +545,65 @@ mod tests {
             Err(CliError::Unknown("--vgdb=maybe".into())),
         );
         assert!(matches!(
-            parse(&[OsString::from("--vgdb=full"), OsString::from("ls")]),
+            parse(&[], &[OsString::from("--vgdb=full"), OsString::from("ls")]),
             Err(CliError::BadValue(..))
         ));
+    }
+
+    #[test]
+    fn defaults_come_first_and_tool_prefixes_select() {
+        let d = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let run = |defaults: &[&str], args: &[&str]| match parse(&d(defaults), &d(args)) {
+            Ok(Command::Run(s)) => s,
+            other => panic!("{defaults:?} {args:?}: {other:?}"),
+        };
+        // A default is overridden by the command line and not passed on to children.
+        let s = run(
+            &["--trace-children=yes", "-q"],
+            &["--trace-children=no", "ls"],
+        );
+        assert!(!s.trace_children && s.quiet);
+        assert_eq!(s.raw_options, d(&["--trace-children=no"]));
+        // `--<tool>:` applies to the running tool only; the tool comes from the command line.
+        let s = run(
+            &[
+                "--callgrind:dump-instr=yes",
+                "--cachegrind:cache-sim=yes",
+                "--tool=cachegrind",
+            ],
+            &["--tool=callgrind", "--none:trace-blocks=yes", "ls"],
+        );
+        assert_eq!(s.tool, ToolName::Callgrind);
+        assert_eq!(
+            s.tool_options,
+            vec![("--dump-instr".to_string(), "yes".to_string())]
+        );
+        assert!(!s.trace_blocks);
+        assert_eq!(
+            s.raw_options,
+            d(&["--tool=callgrind", "--none:trace-blocks=yes"])
+        );
+        // A colon in the value is no prefix.
+        let s = run(&[], &["--log-file=a:b", "ls"]);
+        assert_eq!(s.log_file.as_deref(), Some("a:b"));
+        assert!(matches!(
+            parse(&d(&["ls"]), &d(&["ls"])),
+            Err(CliError::Unknown(a)) if a == "ls"
+        ));
+    }
+
+    #[test]
+    fn option_text_splits_at_blanks_with_quotes() {
+        assert_eq!(
+            split_options(" -q\t'--log-file=a b'  \"--x=\" --y=''\n"),
+            vec![
+                OsString::from("-q"),
+                OsString::from("--log-file=a b"),
+                OsString::from("--x="),
+                OsString::from("--y="),
+            ]
+        );
+        assert!(split_options(" \n ").is_empty());
     }
 
     #[test]

@@ -185,3 +185,86 @@ fn annotate_subcommand_reads_a_cachegrind_file() {
     );
     assert_eq!(missing.status.code(), Some(1), "{}", missing.stderr_str());
 }
+
+/// Options Valgrind reads before the command line: `$HOME/.valgrindrc`, `$VALGRIND_OPTS`,
+/// `./.valgrindrc`, in that order (a later one wins, the command line last); `--<tool>:opt`
+/// applies to that tool only; an rc file anyone may write is not read.
+#[test]
+fn valgrindrc_files_and_valgrind_opts_come_before_the_command_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch_dir().join("valgrindrc");
+    let (home, work) = (dir.join("home"), dir.join("work"));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in [&home, &work] {
+        std::fs::create_dir_all(d).expect("scratch folder");
+    }
+    let out = |n: &str| dir.join(n).display().to_string();
+    std::fs::write(
+        home.join(".valgrindrc"),
+        format!(
+            "--callgrind:callgrind-out-file={}\n--callgrind:dump-instr=no\n",
+            out("home.out")
+        ),
+    )
+    .expect("rc");
+    let local = work.join(".valgrindrc");
+    std::fs::write(
+        &local,
+        "--callgrind:dump-instr=yes --cachegrind:cache-sim=yes\n",
+    )
+    .expect("rc");
+    let exe = guest_case("hello").cmd().program;
+    let path = std::env::var("PATH").unwrap_or_default();
+    let home_s = home.display().to_string();
+    let run_with = |env_opts: &str, opts: &[&str]| {
+        let cmd = Cmd::new(&exe).cwd(&work).env_exact(&[
+            ("HOME", home_s.as_str()),
+            ("PATH", path.as_str()),
+            ("VALGRIND_OPTS", env_opts),
+        ]);
+        run_rgrind(opts, &cmd)
+    };
+    let positions = |n: &str| {
+        std::fs::read_to_string(dir.join(n))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with("positions:"))
+            .map(str::to_string)
+    };
+
+    // $HOME's file names the output, ./.valgrindrc's dump-instr wins over $HOME's.
+    let o = run_with("", &["--tool=callgrind"]);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    assert_eq!(
+        positions("home.out").as_deref(),
+        Some("positions: instr line")
+    );
+    // $VALGRIND_OPTS comes after $HOME's file, quotes keep blanks.
+    let env_opts = format!("'--callgrind:callgrind-out-file={}'", out("env 1.out"));
+    let o = run_with(&env_opts, &["--tool=callgrind"]);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    assert!(positions("env 1.out").is_some(), "{}", o.describe());
+    // The command line comes last.
+    let cmd_out = format!("--callgrind-out-file={}", out("cmd.out"));
+    let o = run_with(
+        &env_opts,
+        &["--tool=callgrind", &cmd_out, "--dump-instr=no"],
+    );
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    assert_eq!(positions("cmd.out").as_deref(), Some("positions: line"));
+    // An option for no tool prefix is an error wherever it comes from.
+    let o = run_with("--bogus=1", &["--tool=none"]);
+    assert_eq!(o.end(), End::Exit(1), "{}", o.describe());
+    assert!(
+        o.stderr_str().contains("Unknown option: --bogus=1"),
+        "{}",
+        o.describe()
+    );
+    // A world-writable ./.valgrindrc is left out, with a warning.
+    std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+    let _ = std::fs::remove_file(dir.join("home.out"));
+    let o = run_with("", &["--tool=callgrind"]);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    assert!(o.stderr_str().contains("was not read"), "{}", o.describe());
+    assert_eq!(positions("home.out").as_deref(), Some("positions: line"));
+}
