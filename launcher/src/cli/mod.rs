@@ -216,6 +216,10 @@ pub fn usage() -> String {
         };
         s.push_str(&format!("    {form:<26}{}\n", o.help));
     }
+    s.push_str(
+        "\n  Options are also read, before these, from ~/.valgrindrc, $VALGRIND_OPTS and\n  \
+         ./.valgrindrc; --<tool>:<option> applies to that tool only.\n",
+    );
     s
 }
 
