@@ -107,6 +107,7 @@ pub fn finish(reason: FiniReason) {
                     v.load(std::sync::atomic::Ordering::Relaxed)
                 );
             }
+            eprintln!("--rgrind-- thread switches: {}", crate::runlock::switches());
         }
     }
 }

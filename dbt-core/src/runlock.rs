@@ -3,7 +3,8 @@
 //! are those of one serial execution. `--tool=none` runs threads in parallel (lock disabled).
 //!
 //! A thread holds the lock while it runs translated code or the dispatcher, and releases it
-//! around every system call passed to the kernel (which may block). The lock is a FIFO ticket
+//! around every system call passed to the kernel that may block (`syscall::never_blocks`
+//! lists those that keep it, as Valgrind keeps its lock for calls without `SfMayBlock`). The lock is a FIFO ticket
 //! lock; a waiter that has waited a whole time slice sends the holder `YIELD_SIGNAL`, whose
 //! handler takes the holder out of translated code at the next block start, where the
 //! dispatcher releases the lock and queues again.
@@ -105,12 +106,21 @@ pub fn acquire() {
     become_holder();
 }
 
+/// Times the lock passed from one thread to another (`--stats=yes`).
+static SWITCHES: AtomicU64 = AtomicU64::new(0);
+
+/// How many times the lock passed from one thread to another.
+pub fn switches() -> u64 {
+    SWITCHES.load(Ordering::Relaxed)
+}
+
 /// Records the calling thread as the holder; runs the switch hook when the last holder was
 /// another thread.
 fn become_holder() {
     let me = gettid();
     HOLDER.store(me, Ordering::SeqCst);
     if LAST_HOLDER.swap(me, Ordering::SeqCst) != me {
+        SWITCHES.fetch_add(1, Ordering::Relaxed);
         let hook = SWITCH_HOOK.load(Ordering::SeqCst);
         if hook != 0 {
             // SAFETY: only `set_switch_hook` stores here, a `fn()`.

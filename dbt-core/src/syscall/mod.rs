@@ -72,6 +72,44 @@ fn disposition(nr: u64) -> Disposition {
     }
 }
 
+/// Whether system call `nr` returns at once whatever other threads do (identity and time
+/// queries, limits, `lseek`): it need not give up the run lock.
+fn never_blocks(nr: u64) -> bool {
+    matches!(
+        nr as i64,
+        libc::SYS_getpid
+            | libc::SYS_getppid
+            | libc::SYS_gettid
+            | libc::SYS_getuid
+            | libc::SYS_geteuid
+            | libc::SYS_getgid
+            | libc::SYS_getegid
+            | libc::SYS_getresuid
+            | libc::SYS_getresgid
+            | libc::SYS_getpgrp
+            | libc::SYS_getpgid
+            | libc::SYS_getsid
+            | libc::SYS_getgroups
+            | libc::SYS_uname
+            | libc::SYS_getrusage
+            | libc::SYS_getrlimit
+            | libc::SYS_times
+            | libc::SYS_sysinfo
+            | libc::SYS_umask
+            | libc::SYS_getcpu
+            | libc::SYS_clock_gettime
+            | libc::SYS_clock_getres
+            | libc::SYS_gettimeofday
+            | libc::SYS_time
+            | libc::SYS_sched_getaffinity
+            | libc::SYS_sched_getparam
+            | libc::SYS_sched_getscheduler
+            | libc::SYS_set_robust_list
+            | libc::SYS_set_tid_address
+            | libc::SYS_lseek
+    )
+}
+
 /// Handles the guest system call described by `ctx` (rip already past the instruction).
 /// Returns false when the calling guest thread has ended.
 pub fn handle(ctx: &mut ThreadContext) -> bool {
@@ -94,10 +132,17 @@ pub fn handle(ctx: &mut ThreadContext) -> bool {
             if let Some((tid, sig)) = target {
                 crate::signal::snapshot_for_target(tid, sig, true);
             }
-            // May block: let other guest threads run meanwhile.
-            crate::runlock::release();
-            let r = pass(nr, args);
-            crate::runlock::acquire();
+            // May block: let other guest threads run meanwhile. A call that cannot block
+            // keeps the lock, as Valgrind keeps its own for calls without `SfMayBlock`: the
+            // lock is FIFO, so giving it up sends the thread behind every waiting one.
+            let r = if never_blocks(nr) {
+                pass(nr, args)
+            } else {
+                crate::runlock::release();
+                let r = pass(nr, args);
+                crate::runlock::acquire();
+                r
+            };
             if let (Some((tid, sig)), true) = (target, r < 0) {
                 // Not sent: the snapshot must not apply to a later signal.
                 crate::signal::snapshot_for_target(tid, sig, false);
