@@ -501,6 +501,12 @@ impl Tool for Cachegrind {
         "cachegrind"
     }
 
+    /// Not while instrumentation is off (`--instr-at-start=no` until the client request
+    /// starts it, which retranslates everything): no block view is built then.
+    fn instruments(&self) -> bool {
+        self.instrumenting
+    }
+
     fn instrument(&mut self, b: &BlockView, ins: &mut Instrumenter) {
         if !self.instrumenting || b.insns.is_empty() {
             return;

@@ -1138,6 +1138,12 @@ impl Tool for Callgrind {
         "callgrind"
     }
 
+    /// Not while instrumentation is off (`--instr-atstart=no` until the client request
+    /// starts it, which retranslates everything): no block view is built then.
+    fn instruments(&self) -> bool {
+        self.instrumenting
+    }
+
     fn instrument(&mut self, b: &BlockView, ins: &mut Instrumenter) {
         if !self.instrumenting || b.insns.is_empty() {
             return;
