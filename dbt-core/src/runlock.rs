@@ -4,10 +4,10 @@
 //!
 //! A thread holds the lock while it runs translated code or the dispatcher, and releases it
 //! around every system call passed to the kernel that may block (`syscall::never_blocks`
-//! lists those that keep it, as Valgrind keeps its lock for calls without `SfMayBlock`). The lock is a FIFO ticket
-//! lock; a waiter that has waited a whole time slice sends the holder `YIELD_SIGNAL`, whose
-//! handler takes the holder out of translated code at the next block start, where the
-//! dispatcher releases the lock and queues again.
+//! lists those that keep it, as Valgrind keeps its lock for calls without `SfMayBlock`).
+//! The lock is a FIFO ticket lock; a waiter that has waited a whole time slice sends the
+//! holder `YIELD_SIGNAL`, whose handler takes the holder out of translated code at the next
+//! block start, where the dispatcher releases the lock and queues again.
 //!
 //! # Invariants
 //! * Lock order: the run lock before the `Core` lock, never the reverse.

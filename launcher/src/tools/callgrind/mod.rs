@@ -1268,12 +1268,7 @@ impl Tool for Callgrind {
                 }
                 self.instrumenting = on;
                 if let Some(rt) = self.runtime() {
-                    rt.unwind_all();
-                    // As Callgrind's `zero_state_cost`: the running costs restart from zero
-                    // (not their last-dump marks), so the next `summary:` counts from here.
-                    for t in &mut rt.threads {
-                        t.run = [0; RUN];
-                    }
+                    rt.switch_instrumentation();
                 }
                 let h = HIER.load(Ordering::Relaxed);
                 if !h.is_null() {

@@ -3017,9 +3017,11 @@ impl Runtime {
         }
     }
 
-    /// Pops every thread's call stack (instrumentation switched off): the next block starts
-    /// without a predecessor.
-    pub fn unwind_all(&mut self) {
+    /// Instrumentation switched on or off (Callgrind's `unwind_thread` and `zero_state_cost`
+    /// for every thread): pops every call stack, so the next block starts without a
+    /// predecessor, and restarts the running costs from zero (not their last-dump marks), so
+    /// the next `summary:` counts from here.
+    pub fn switch_instrumentation(&mut self) {
         for ti in 0..self.threads.len() {
             let tp: *mut ThreadState = &mut *self.threads[ti];
             // SAFETY: the box stays in place; `pop` does not touch `self.threads`.
@@ -3033,6 +3035,7 @@ impl Runtime {
                 self.bbccs[b as usize].adj -= 1;
             }
             t.last_bbcc = None;
+            t.run = [0; RUN];
             self.refresh_fast(t);
         }
     }
