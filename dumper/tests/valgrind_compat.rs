@@ -393,6 +393,10 @@ fn writer_reproduces_valgrind_and_is_accepted_by_annotators() {
                     compress_pos: compress,
                     continued: false,
                 });
+                // The dump writes each block as it is built: the same text as the model's.
+                let mut streamed = Vec::new();
+                data.write_to(&sym, &opts, &mut streamed).unwrap();
+                assert_eq!(String::from_utf8(streamed).unwrap(), text);
                 let back = parse_callgrind("ours", &text).unwrap();
                 assert_eq!(fn_self_totals(&back[0]), got);
                 assert_eq!(back[0].self_totals(), part.self_totals());

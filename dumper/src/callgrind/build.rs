@@ -212,17 +212,44 @@ impl CallgrindData {
         d
     }
 
-    /// Builds the file model. Fails if a context index is out of range or a cost vector has
-    /// the wrong length.
-    pub fn to_part(&self, sym: &Symbolizer, opts: &CallgrindOptions) -> Result<ClPart, DumpError> {
-        let n_ev = self.header.events.len();
+    /// The part's header: this data's with the options' `positions:`.
+    fn part_header(&self, opts: &CallgrindOptions) -> ClHeader {
         let mut header = self.header.clone();
         header.positions = match (opts.dump_instr, opts.dump_line) {
             (true, true) => vec![PosKind::Instr, PosKind::Line],
             (true, false) => vec![PosKind::Instr],
             (false, _) => vec![PosKind::Line],
         };
-        let kinds = header.positions.clone();
+        header
+    }
+
+    /// Builds the file model. Fails if a context index is out of range or a cost vector has
+    /// the wrong length.
+    pub fn to_part(&self, sym: &Symbolizer, opts: &CallgrindOptions) -> Result<ClPart, DumpError> {
+        let header = self.part_header(opts);
+        let mut functions = Vec::new();
+        self.each_function(sym, opts, &header.positions, &mut |f| {
+            functions.push(f);
+            Ok(())
+        })?;
+        Ok(ClPart {
+            header,
+            functions,
+            ..ClPart::default()
+        })
+    }
+
+    /// Builds the function blocks in file order, handing each to `sink` as it is made
+    /// (positions of `kinds`). Fails, before the first block, if a context index is out
+    /// of range or a cost vector has the wrong length.
+    fn each_function(
+        &self,
+        sym: &Symbolizer,
+        opts: &CallgrindOptions,
+        kinds: &[PosKind],
+        sink: &mut dyn FnMut(ClFunction) -> Result<(), DumpError>,
+    ) -> Result<(), DumpError> {
+        let n_ev = self.header.events.len();
         let nctx = self.contexts.len();
         let bad_ctx = |c: usize| {
             DumpError::Invalid(format!("context index {c} out of range ({nctx} contexts)"))
@@ -349,7 +376,6 @@ impl CallgrindData {
             (ob_rank[&i.object], fl_rank[&(&i.object, &i.file)], c, r)
         });
 
-        let mut functions = Vec::with_capacity(keys.len());
         for key in keys {
             let b = &blocks[&key];
             let info = &infos[key.0];
@@ -422,36 +448,53 @@ impl CallgrindData {
                 }
             }
             flush(&mut run, &mut entries);
-            functions.push(ClFunction {
+            sink(ClFunction {
                 object: info.object.clone(),
                 file: info.file.clone(),
                 name: fn_name(key.0, key.1),
                 entries,
-            });
+            })?;
         }
-        Ok(ClPart {
-            header,
-            functions,
-            ..ClPart::default()
-        })
+        Ok(())
     }
 
-    /// Builds the model and writes it with the options' compression settings.
+    /// Writes the part with the options' compression settings, each function block as
+    /// soon as it is built (the text is what `to_part` and `ClPart::write_to` give).
     pub fn write_to(
         &self,
         sym: &Symbolizer,
         opts: &CallgrindOptions,
         out: &mut dyn std::io::Write,
     ) -> Result<(), DumpError> {
-        let part = self.to_part(sym, opts)?;
-        part.write_to(
-            out,
-            super::WriteOptions {
-                compress_strings: opts.compress_strings,
-                compress_pos: opts.compress_pos,
-                continued: opts.continued,
-            },
-        )
-        .map_err(|e| DumpError::write("<output>", e))
+        let io = |e| DumpError::write("<output>", e);
+        let header = self.part_header(opts);
+        let summary = match &header.summary {
+            Some(s) => s.clone(),
+            None => {
+                let mut t = vec![0; header.events.len()];
+                for c in self.costs.values() {
+                    crate::cachegrind::add_into(&mut t, c);
+                }
+                t
+            }
+        };
+        let no_ids = (&BTreeMap::new(), &BTreeMap::new());
+        // Every block and callee is named with its context's id.
+        let ids: u64 = self
+            .contexts
+            .iter()
+            .map(|c| u64::from(c.n_ids.max(1)))
+            .sum();
+        let wopts = super::WriteOptions {
+            compress_strings: opts.compress_strings,
+            compress_pos: opts.compress_pos,
+            continued: opts.continued,
+        };
+        let mut w = super::writer::PartWriter::begin(out, &header, &summary, wopts, no_ids, ids)
+            .map_err(io)?;
+        self.each_function(sym, opts, &header.positions, &mut |f| {
+            w.function(&f).map_err(io)
+        })?;
+        w.finish(header.totals.as_deref()).map_err(io)
     }
 }

@@ -12,11 +12,11 @@
 //!
 //! This module deliberately does not reorder anything: blocks and lines come out in model order.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
 use std::io::Write;
 
-use super::{ClEntry, ClPart, FnName, PosKind, WriteOptions};
+use super::{ClEntry, ClFunction, ClHeader, ClPart, FnName, PosKind, WriteOptions};
 
 struct Names {
     compress: bool,
@@ -159,7 +159,210 @@ pub(super) fn write_part(
     opts: WriteOptions,
 ) -> std::io::Result<()> {
     let h = &p.header;
-    let mut s = String::new();
+    let computed = p.self_totals();
+    let summary = h.summary.clone().unwrap_or_else(|| computed.clone());
+    let max_id = p
+        .functions
+        .iter()
+        .flat_map(|f| {
+            std::iter::once(&f.name).chain(f.entries.iter().filter_map(|e| match e {
+                ClEntry::Call { cfn, .. } => Some(cfn),
+                ClEntry::Jump { jfn, .. } => jfn.as_ref(),
+                ClEntry::Cost { .. } => None,
+            }))
+        })
+        .filter_map(|n| n.id)
+        .max();
+    let mut w = PartWriter::begin(
+        out,
+        h,
+        &summary,
+        opts,
+        (&p.ob_ids, &p.fl_ids),
+        max_id.map_or(0, |m| m + 1),
+    )?;
+    for f in &p.functions {
+        w.function(f)?;
+    }
+    w.finish(h.totals.as_deref())
+}
+
+/// Writes a part's text one function block at a time, so that a dump need not hold the
+/// whole file model (`CallgrindData::write_to` builds and writes each block in turn).
+pub(super) struct PartWriter<'o> {
+    out: &'o mut dyn Write,
+    names: Names,
+    kinds: Vec<PosKind>,
+    compress_pos: bool,
+    cur_ob: Option<String>,
+    cur_fl: Option<(Option<String>, String)>,
+    /// The self costs written so far (`totals:` unless the header gives them).
+    totals: Vec<u64>,
+    s: String,
+}
+
+impl<'o> PartWriter<'o> {
+    /// Writes the header lines with `summary:`; `ids` are the object and file ids to reuse
+    /// under name compression, `next_fn` the id for the first function given without one.
+    pub(super) fn begin(
+        out: &'o mut dyn Write,
+        h: &ClHeader,
+        summary: &[u64],
+        opts: WriteOptions,
+        ids: (&BTreeMap<String, u64>, &BTreeMap<(String, String), u64>),
+        next_fn: u64,
+    ) -> std::io::Result<PartWriter<'o>> {
+        let mut s = String::new();
+        write_header(&mut s, h, summary, opts);
+        out.write_all(s.as_bytes())?;
+        let ob: HashMap<String, u64> = ids.0.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let fl: HashMap<String, u64> = ids.1.iter().map(|((o, f), v)| (fl_key(o, f), *v)).collect();
+        let names = Names {
+            compress: opts.compress_strings,
+            next_ob: ob.values().max().map_or(1, |m| m + 1),
+            next_fl: fl.values().max().map_or(1, |m| m + 1),
+            ob,
+            fl,
+            ob_defined: HashSet::new(),
+            fl_defined: HashSet::new(),
+            fn_by_name: HashMap::new(),
+            fn_defined: HashSet::new(),
+            next_fn,
+        };
+        Ok(PartWriter {
+            out,
+            names,
+            kinds: h.positions.clone(),
+            compress_pos: opts.compress_pos,
+            cur_ob: None,
+            cur_fl: None,
+            totals: vec![0; h.events.len()],
+            s,
+        })
+    }
+
+    /// Writes one function block.
+    pub(super) fn function(&mut self, f: &ClFunction) -> std::io::Result<()> {
+        let PartWriter {
+            names,
+            kinds,
+            cur_ob,
+            cur_fl,
+            s,
+            ..
+        } = self;
+        let cp = self.compress_pos;
+        let n = kinds.len();
+        s.clear();
+        if let Some(ob) = &f.object {
+            if cur_ob.as_ref() != Some(ob) {
+                let _ = writeln!(s, "ob={}", names.ob(ob));
+                *cur_ob = Some(ob.clone());
+            }
+        }
+        let fl_key = (cur_ob.clone(), f.file.clone());
+        if cur_fl.as_ref() != Some(&fl_key) {
+            let _ = writeln!(s, "fl={}", names.fl(cur_ob.as_ref(), &f.file));
+            *cur_fl = Some(fl_key);
+        }
+        let _ = writeln!(s, "fn={}", names.func(&f.name));
+        let mut last = vec![0u64; n];
+        let mut cur_file = f.file.clone();
+        for e in &f.entries {
+            let file = match e {
+                ClEntry::Cost { file, .. }
+                | ClEntry::Call { file, .. }
+                | ClEntry::Jump { file, .. } => file,
+            };
+            if *file != cur_file {
+                let key = if *file == f.file { "fe" } else { "fi" };
+                let _ = writeln!(s, "{key}={}", names.fl(cur_ob.as_ref(), file));
+                cur_file = file.clone();
+            }
+            match e {
+                ClEntry::Cost { pos, costs, .. } => {
+                    write_pos(s, kinds, pos, &last, cp);
+                    write_costs(s, costs);
+                    s.push('\n');
+                    last.clone_from(pos);
+                    crate::cachegrind::add_into(&mut self.totals, costs);
+                }
+                ClEntry::Call {
+                    cob,
+                    cfi,
+                    cfn,
+                    count,
+                    target,
+                    pos,
+                    inclusive,
+                    ..
+                } => {
+                    let callee_ob = cob.as_ref().or(cur_ob.as_ref());
+                    if callee_ob != cur_ob.as_ref() {
+                        if let Some(o) = callee_ob {
+                            let _ = writeln!(s, "cob={}", names.ob(o));
+                        }
+                    }
+                    let callee_fl = cfi.as_ref().unwrap_or(&cur_file);
+                    if callee_ob != cur_ob.as_ref() || *callee_fl != cur_file {
+                        let _ = writeln!(s, "cfi={}", names.fl(callee_ob, callee_fl));
+                    }
+                    let _ = writeln!(s, "cfn={}", names.func(cfn));
+                    let _ = write!(s, "calls={count} ");
+                    write_pos(s, kinds, target, &last, cp);
+                    s.push('\n');
+                    write_pos(s, kinds, pos, &last, cp);
+                    write_costs(s, inclusive);
+                    s.push('\n');
+                    last.clone_from(pos);
+                }
+                ClEntry::Jump {
+                    followed,
+                    executed,
+                    jfi,
+                    jfn,
+                    target,
+                    pos,
+                    ..
+                } => {
+                    if let Some(fi) = jfi {
+                        let _ = writeln!(s, "jfi={}", names.fl(cur_ob.as_ref(), fi));
+                    }
+                    if let Some(fun) = jfn {
+                        let _ = writeln!(s, "jfn={}", names.func(fun));
+                    }
+                    match followed {
+                        Some(fo) => {
+                            let _ = write!(s, "jcnd={fo}/{executed} ");
+                        }
+                        None => {
+                            let _ = write!(s, "jump={executed} ");
+                        }
+                    }
+                    write_pos(s, kinds, target, &last, cp);
+                    s.push('\n');
+                    write_pos(s, kinds, pos, &last, cp);
+                    s.push('\n');
+                    last.clone_from(pos);
+                }
+            }
+        }
+        if cur_file != f.file {
+            let _ = writeln!(s, "fe={}", names.fl(cur_ob.as_ref(), &f.file));
+        }
+        s.push('\n');
+        self.out.write_all(s.as_bytes())
+    }
+
+    /// Writes `totals:`: `totals`, or the self costs of the blocks written.
+    pub(super) fn finish(self, totals: Option<&[u64]>) -> std::io::Result<()> {
+        let t = totals.unwrap_or(&self.totals);
+        writeln!(self.out, "totals: {}", join(t))
+    }
+}
+
+/// The part's header lines, up to `summary:` and the blank lines after it.
+fn write_header(s: &mut String, h: &ClHeader, summary: &[u64], opts: WriteOptions) {
     if !opts.continued {
         s.push_str("# callgrind format\n");
         let _ = writeln!(s, "version: {}", h.version);
@@ -208,147 +411,6 @@ pub(super) fn write_part(
         let _ = writeln!(s, "event: {short} : {long}");
     }
     let _ = writeln!(s, "events: {}", h.events.join(" "));
-    let computed = p.self_totals();
-    let summary = h.summary.clone().unwrap_or_else(|| computed.clone());
-    let _ = writeln!(s, "summary: {}", join(&summary));
+    let _ = writeln!(s, "summary: {}", join(summary));
     s.push_str("\n\n");
-    out.write_all(s.as_bytes())?;
-
-    let max_id = p
-        .functions
-        .iter()
-        .flat_map(|f| {
-            std::iter::once(&f.name).chain(f.entries.iter().filter_map(|e| match e {
-                ClEntry::Call { cfn, .. } => Some(cfn),
-                ClEntry::Jump { jfn, .. } => jfn.as_ref(),
-                ClEntry::Cost { .. } => None,
-            }))
-        })
-        .filter_map(|n| n.id)
-        .max();
-    let ob: HashMap<String, u64> = p.ob_ids.iter().map(|(k, v)| (k.clone(), *v)).collect();
-    let fl: HashMap<String, u64> = p
-        .fl_ids
-        .iter()
-        .map(|((o, f), v)| (fl_key(o, f), *v))
-        .collect();
-    let mut names = Names {
-        compress: opts.compress_strings,
-        next_ob: ob.values().max().map_or(1, |m| m + 1),
-        next_fl: fl.values().max().map_or(1, |m| m + 1),
-        ob,
-        fl,
-        ob_defined: HashSet::new(),
-        fl_defined: HashSet::new(),
-        fn_by_name: HashMap::new(),
-        fn_defined: HashSet::new(),
-        next_fn: max_id.map_or(0, |m| m + 1),
-    };
-    let kinds = &h.positions;
-    let n = kinds.len();
-    let cp = opts.compress_pos;
-    let mut cur_ob: Option<String> = None;
-    let mut cur_fl: Option<(Option<String>, String)> = None;
-    for f in &p.functions {
-        s.clear();
-        if let Some(ob) = &f.object {
-            if cur_ob.as_ref() != Some(ob) {
-                let _ = writeln!(s, "ob={}", names.ob(ob));
-                cur_ob = Some(ob.clone());
-            }
-        }
-        let fl_key = (cur_ob.clone(), f.file.clone());
-        if cur_fl.as_ref() != Some(&fl_key) {
-            let _ = writeln!(s, "fl={}", names.fl(cur_ob.as_ref(), &f.file));
-            cur_fl = Some(fl_key);
-        }
-        let _ = writeln!(s, "fn={}", names.func(&f.name));
-        let mut last = vec![0u64; n];
-        let mut cur_file = f.file.clone();
-        for e in &f.entries {
-            let file = match e {
-                ClEntry::Cost { file, .. }
-                | ClEntry::Call { file, .. }
-                | ClEntry::Jump { file, .. } => file,
-            };
-            if *file != cur_file {
-                let key = if *file == f.file { "fe" } else { "fi" };
-                let _ = writeln!(s, "{key}={}", names.fl(cur_ob.as_ref(), file));
-                cur_file = file.clone();
-            }
-            match e {
-                ClEntry::Cost { pos, costs, .. } => {
-                    write_pos(&mut s, kinds, pos, &last, cp);
-                    write_costs(&mut s, costs);
-                    s.push('\n');
-                    last.clone_from(pos);
-                }
-                ClEntry::Call {
-                    cob,
-                    cfi,
-                    cfn,
-                    count,
-                    target,
-                    pos,
-                    inclusive,
-                    ..
-                } => {
-                    let callee_ob = cob.as_ref().or(cur_ob.as_ref());
-                    if callee_ob != cur_ob.as_ref() {
-                        if let Some(o) = callee_ob {
-                            let _ = writeln!(s, "cob={}", names.ob(o));
-                        }
-                    }
-                    let callee_fl = cfi.as_ref().unwrap_or(&cur_file);
-                    if callee_ob != cur_ob.as_ref() || *callee_fl != cur_file {
-                        let _ = writeln!(s, "cfi={}", names.fl(callee_ob, callee_fl));
-                    }
-                    let _ = writeln!(s, "cfn={}", names.func(cfn));
-                    let _ = write!(s, "calls={count} ");
-                    write_pos(&mut s, kinds, target, &last, cp);
-                    s.push('\n');
-                    write_pos(&mut s, kinds, pos, &last, cp);
-                    write_costs(&mut s, inclusive);
-                    s.push('\n');
-                    last.clone_from(pos);
-                }
-                ClEntry::Jump {
-                    followed,
-                    executed,
-                    jfi,
-                    jfn,
-                    target,
-                    pos,
-                    ..
-                } => {
-                    if let Some(fi) = jfi {
-                        let _ = writeln!(s, "jfi={}", names.fl(cur_ob.as_ref(), fi));
-                    }
-                    if let Some(fun) = jfn {
-                        let _ = writeln!(s, "jfn={}", names.func(fun));
-                    }
-                    match followed {
-                        Some(fo) => {
-                            let _ = write!(s, "jcnd={fo}/{executed} ");
-                        }
-                        None => {
-                            let _ = write!(s, "jump={executed} ");
-                        }
-                    }
-                    write_pos(&mut s, kinds, target, &last, cp);
-                    s.push('\n');
-                    write_pos(&mut s, kinds, pos, &last, cp);
-                    s.push('\n');
-                    last.clone_from(pos);
-                }
-            }
-        }
-        if cur_file != f.file {
-            let _ = writeln!(s, "fe={}", names.fl(cur_ob.as_ref(), &f.file));
-        }
-        s.push('\n');
-        out.write_all(s.as_bytes())?;
-    }
-    let totals = h.totals.clone().unwrap_or(computed);
-    writeln!(out, "totals: {}", join(&totals))
 }

@@ -1072,18 +1072,18 @@ impl Callgrind {
             continued: append,
         };
         let result = (|| -> Result<(), String> {
-            let mut f = std::fs::OpenOptions::new()
+            let f = std::fs::OpenOptions::new()
                 .create(true)
                 .write(true)
                 .append(append)
                 .truncate(!append)
                 .open(&name)
                 .map_err(|e| format!("{name}: {e}"))?;
-            let mut buf = Vec::new();
-            data.write_to(&sym, &copts, &mut buf)
-                .map_err(|e| e.to_string())?;
+            let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
+            data.write_to(&sym, &copts, &mut w)
+                .map_err(|e| format!("{name}: {e}"))?;
             use std::io::Write;
-            f.write_all(&buf).map_err(|e| format!("{name}: {e}"))
+            w.flush().map_err(|e| format!("{name}: {e}"))
         })();
         if let Err(e) = result {
             crate::log::line(&format!(
