@@ -478,7 +478,7 @@ impl CallgrindData {
                 t
             }
         };
-        let no_ids = (&BTreeMap::new(), &BTreeMap::new());
+        let no_ids = BTreeMap::new();
         // Every block and callee is named with its context's id.
         let ids: u64 = self
             .contexts
@@ -490,8 +490,16 @@ impl CallgrindData {
             compress_pos: opts.compress_pos,
             continued: opts.continued,
         };
-        let mut w = super::writer::PartWriter::begin(out, &header, &summary, wopts, no_ids, ids)
-            .map_err(io)?;
+        let mut w = super::writer::PartWriter::begin(
+            out,
+            &header,
+            &summary,
+            wopts,
+            &no_ids,
+            &BTreeMap::new(),
+            ids,
+        )
+        .map_err(io)?;
         self.each_function(sym, opts, &header.positions, &mut |f| {
             w.function(&f).map_err(io)
         })?;

@@ -178,7 +178,8 @@ pub(super) fn write_part(
         h,
         &summary,
         opts,
-        (&p.ob_ids, &p.fl_ids),
+        &p.ob_ids,
+        &p.fl_ids,
         max_id.map_or(0, |m| m + 1),
     )?;
     for f in &p.functions {
@@ -202,21 +203,25 @@ pub(super) struct PartWriter<'o> {
 }
 
 impl<'o> PartWriter<'o> {
-    /// Writes the header lines with `summary:`; `ids` are the object and file ids to reuse
+    /// Writes the header lines with `summary:`; `ob_ids`, `fl_ids` are the ids to reuse
     /// under name compression, `next_fn` the id for the first function given without one.
     pub(super) fn begin(
         out: &'o mut dyn Write,
         h: &ClHeader,
         summary: &[u64],
         opts: WriteOptions,
-        ids: (&BTreeMap<String, u64>, &BTreeMap<(String, String), u64>),
+        ob_ids: &BTreeMap<String, u64>,
+        fl_ids: &BTreeMap<(String, String), u64>,
         next_fn: u64,
     ) -> std::io::Result<PartWriter<'o>> {
         let mut s = String::new();
         write_header(&mut s, h, summary, opts);
         out.write_all(s.as_bytes())?;
-        let ob: HashMap<String, u64> = ids.0.iter().map(|(k, v)| (k.clone(), *v)).collect();
-        let fl: HashMap<String, u64> = ids.1.iter().map(|((o, f), v)| (fl_key(o, f), *v)).collect();
+        let ob: HashMap<String, u64> = ob_ids.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        let fl: HashMap<String, u64> = fl_ids
+            .iter()
+            .map(|((o, f), v)| (fl_key(o, f), *v))
+            .collect();
         let names = Names {
             compress: opts.compress_strings,
             next_ob: ob.values().max().map_or(1, |m| m + 1),
