@@ -246,13 +246,7 @@ fn data_from_valgrind(part: &ClPart, lay: &Layout, jumps: bool) -> CallgrindData
                 ClEntry::Cost { pos, costs, .. } => {
                     let mut c = costs.clone();
                     c.resize(n, 0);
-                    let slot = d
-                        .costs
-                        .entry((ctx, rec, lay.rt(ob, pos[0])))
-                        .or_insert_with(|| vec![0; n]);
-                    for (a, b) in slot.iter_mut().zip(&c) {
-                        *a += b;
-                    }
+                    d.costs.add((ctx, rec, lay.rt(ob, pos[0])), &c);
                 }
                 ClEntry::Call {
                     cfn,

@@ -98,6 +98,73 @@ impl Default for CallgrindOptions {
     }
 }
 
+/// A cost table key: (context index, recursion level, instruction runtime address).
+pub type CostKey = (usize, u32, u64);
+
+/// Self costs by [`CostKey`], in key order, one row of costs per key in one flat array: a
+/// dump of a large program holds one row per instruction that ran (a map of vectors took
+/// ~130 bytes per row, this ~32 with one event).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CostTable {
+    keys: Vec<CostKey>,
+    values: Vec<u64>,
+    /// Costs per row (the first row's length).
+    width: usize,
+    /// The first row given with another length: (its key, its length).
+    bad: Option<(CostKey, usize)>,
+}
+
+impl CostTable {
+    /// Adds `costs` to the row of `key` (a new row when there is none). Rows given in key
+    /// order are appended; others are inserted in place.
+    pub fn add(&mut self, key: CostKey, costs: &[u64]) {
+        if self.keys.is_empty() {
+            self.width = costs.len();
+        }
+        if costs.len() != self.width {
+            self.bad.get_or_insert((key, costs.len()));
+            return;
+        }
+        let w = self.width;
+        let at = match self.keys.last() {
+            Some(last) if *last < key => Err(self.keys.len()),
+            None => Err(0),
+            _ => self.keys.binary_search(&key),
+        };
+        match at {
+            Ok(i) => crate::cachegrind::add_into(&mut self.values[i * w..(i + 1) * w], costs),
+            Err(i) => {
+                self.keys.insert(i, key);
+                self.values.splice(i * w..i * w, costs.iter().copied());
+            }
+        }
+    }
+
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The rows in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (CostKey, &[u64])> + '_ {
+        let w = self.width;
+        self.keys
+            .iter()
+            .enumerate()
+            .map(move |(i, &k)| (k, &self.values[i * w..(i + 1) * w]))
+    }
+
+    /// The rows' costs in key order.
+    pub fn values(&self) -> impl Iterator<Item = &[u64]> + '_ {
+        self.iter().map(|(_, c)| c)
+    }
+}
+
 /// Everything one Callgrind dump needs.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CallgrindData {
@@ -107,7 +174,7 @@ pub struct CallgrindData {
     /// Contexts in creation order.
     pub contexts: Vec<FnContext>,
     /// Self costs per (context index, recursion level, instruction runtime address).
-    pub costs: BTreeMap<(usize, u32, u64), Vec<u64>>,
+    pub costs: CostTable,
     /// Call arcs.
     pub calls: Vec<CallArc>,
     /// Jump arcs.
@@ -194,7 +261,7 @@ impl CallgrindData {
         };
         for (&addr, c) in self_costs {
             let ctx = ctx_for(&mut d, addr);
-            d.costs.insert((ctx, 0, addr), c.clone());
+            d.costs.add((ctx, 0, addr), c);
         }
         for (call, callee, count, incl) in arcs {
             let from_ctx = ctx_for(&mut d, *call);
@@ -301,32 +368,37 @@ impl CallgrindData {
         // Gather per-block instruction sets.
         #[derive(Default)]
         struct Block<'a> {
-            instrs: BTreeMap<u64, Option<&'a Vec<u64>>>,
+            instrs: BTreeMap<u64, Option<&'a [u64]>>,
             calls: HashMap<u64, Vec<&'a CallArc>>,
             jumps: HashMap<u64, Vec<&'a JumpArc>>,
         }
         let mut blocks: BTreeMap<(usize, u32), Block> = BTreeMap::new();
         // `costs` is ordered by (context, level, address): each group's instructions come
         // together and in order, for one bulk-built map per group.
-        let mut group: Vec<(u64, Option<&Vec<u64>>)> = Vec::new();
+        let mut group: Vec<(u64, Option<&[u64]>)> = Vec::new();
+        let bad_len = |addr: u64, len: usize| {
+            DumpError::Invalid(format!(
+                "cost vector for {addr:#x} has {len} entries, events has {n_ev}"
+            ))
+        };
+        if let Some(((_, _, addr), len)) = self.costs.bad {
+            return Err(bad_len(addr, len));
+        }
         let mut costs = self.costs.iter().peekable();
         while let Some(((ctx, rec, addr), c)) = costs.next() {
-            if *ctx >= nctx {
-                return Err(bad_ctx(*ctx));
+            if ctx >= nctx {
+                return Err(bad_ctx(ctx));
             }
             if c.len() != n_ev {
-                return Err(DumpError::Invalid(format!(
-                    "cost vector for {addr:#x} has {} entries, events has {n_ev}",
-                    c.len()
-                )));
+                return Err(bad_len(addr, c.len()));
             }
-            group.push((*addr, Some(c)));
+            group.push((addr, Some(c)));
             if costs
                 .peek()
-                .is_none_or(|((x, r, _), _)| (x, r) != (ctx, rec))
+                .is_none_or(|((x, r, _), _)| (*x, *r) != (ctx, rec))
             {
                 blocks.insert(
-                    (*ctx, *rec),
+                    (ctx, rec),
                     Block {
                         instrs: group.drain(..).collect(),
                         ..Block::default()
@@ -399,7 +471,7 @@ impl CallgrindData {
                         }
                         _ => {
                             flush(&mut run, &mut entries);
-                            run = Some((file.clone(), pos.clone(), (*c).clone()));
+                            run = Some((file.clone(), pos.clone(), c.to_vec()));
                         }
                     }
                 }

@@ -18,7 +18,10 @@ mod build;
 mod reader;
 mod writer;
 
-pub use build::{callgrind_header, CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
+pub use build::{
+    callgrind_header, CallArc, CallgrindData, CallgrindOptions, CostKey, CostTable, FnContext,
+    JumpArc,
+};
 pub use reader::parse_callgrind;
 
 /// The kinds of subposition a `positions:` line can name.

@@ -875,7 +875,6 @@ impl Callgrind {
         let ids: Vec<usize> = keyed.into_iter().map(|k| k.2).collect();
         /// The instruction index that stands for a cost centre's skipped-function costs.
         const SKIPPED: usize = usize::MAX;
-        let mut merged: Vec<((usize, u32, u64), Vec<u64>)> = Vec::new();
         let mut group: Vec<(u64, usize, usize)> = Vec::new();
         for same in ids.chunk_by(|&x, &y| {
             let (x, y) = (&rt.bbccs[x], &rt.bbccs[y]);
@@ -897,8 +896,9 @@ impl Callgrind {
             group.sort_unstable();
             let first = &rt.bbccs[same[0]];
             let (cx, rec) = (first.cxt as usize, first.rec);
+            let mut acc = vec![0u64; map.len()];
             for at in group.chunk_by(|x, y| x.0 == y.0) {
-                let mut acc = vec![0u64; map.len()];
+                acc.fill(0);
                 for &(_, id, i) in at {
                     let b = &rt.bbccs[id];
                     let r = if i == SKIPPED {
@@ -912,11 +912,10 @@ impl Callgrind {
                         *x += r[k];
                     }
                 }
-                merged.push(((cx, rec, at[0].0), acc));
+                // In key order: appended.
+                d.costs.add((cx, rec, at[0].0), &acc);
             }
         }
-        // Sorted input: a bulk build.
-        d.costs = merged.into_iter().collect();
         for j in &rt.jccs {
             let (f, t) = (&rt.bbccs[j.from as usize], &rt.bbccs[j.to as usize]);
             let inclusive = project(&j.incl);
