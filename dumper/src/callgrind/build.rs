@@ -578,3 +578,51 @@ impl CallgrindData {
         w.finish(header.totals.as_deref()).map_err(io)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cost_table_keeps_key_order_and_adds_equal_keys() {
+        let mut t = CostTable::default();
+        t.add((0, 0, 0x20), &[1, 2]);
+        t.add((1, 0, 0x10), &[3, 4]);
+        // Out of order: inserted in place; an equal key: added.
+        t.add((0, 1, 0x10), &[5, 6]);
+        t.add((0, 0, 0x20), &[10, 20]);
+        t.add((0, 0, 0x08), &[7, 8]);
+        let rows: Vec<(CostKey, Vec<u64>)> = t.iter().map(|(k, c)| (k, c.to_vec())).collect();
+        assert_eq!(
+            rows,
+            vec![
+                ((0, 0, 0x08), vec![7, 8]),
+                ((0, 0, 0x20), vec![11, 22]),
+                ((0, 1, 0x10), vec![5, 6]),
+                ((1, 0, 0x10), vec![3, 4]),
+            ]
+        );
+        assert_eq!(t.len(), 4);
+    }
+
+    #[test]
+    fn a_cost_row_of_the_wrong_length_is_an_error_when_built() {
+        let mut d = CallgrindData {
+            header: ClHeader {
+                events: vec!["Ir".into()],
+                ..ClHeader::default()
+            },
+            contexts: vec![FnContext {
+                entry: 0x10,
+                callers: Vec::new(),
+                n_ids: 2,
+            }],
+            ..CallgrindData::default()
+        };
+        d.costs.add((0, 0, 0x10), &[1]);
+        d.costs.add((0, 0, 0x14), &[1, 2]);
+        let sym = Symbolizer::new(Vec::new());
+        let e = d.to_part(&sym, &CallgrindOptions::default()).unwrap_err();
+        assert!(e.to_string().contains("0x14"), "{e}");
+    }
+}
