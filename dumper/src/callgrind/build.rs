@@ -163,6 +163,15 @@ impl CostTable {
     pub fn values(&self) -> impl Iterator<Item = &[u64]> + '_ {
         self.iter().map(|(_, c)| c)
     }
+
+    /// The sum of all rows, `n` events wide.
+    pub fn totals(&self, n: usize) -> Vec<u64> {
+        let mut t = vec![0; n];
+        for c in self.values() {
+            crate::cachegrind::add_into(&mut t, c);
+        }
+        t
+    }
 }
 
 /// Everything one Callgrind dump needs.
@@ -542,13 +551,7 @@ impl CallgrindData {
         let header = self.part_header(opts);
         let summary = match &header.summary {
             Some(s) => s.clone(),
-            None => {
-                let mut t = vec![0; header.events.len()];
-                for c in self.costs.values() {
-                    crate::cachegrind::add_into(&mut t, c);
-                }
-                t
-            }
+            None => self.costs.totals(header.events.len()),
         };
         let no_ids = BTreeMap::new();
         // Every block and callee is named with its context's id.
