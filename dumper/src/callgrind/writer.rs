@@ -159,8 +159,8 @@ pub(super) fn write_part(
     opts: WriteOptions,
 ) -> std::io::Result<()> {
     let h = &p.header;
-    let computed = p.self_totals();
-    let summary = h.summary.clone().unwrap_or_else(|| computed.clone());
+    // The totals are summed again as the blocks are written (`PartWriter::finish`).
+    let summary = h.summary.clone().unwrap_or_else(|| p.self_totals());
     let max_id = p
         .functions
         .iter()

@@ -1038,10 +1038,9 @@ impl Callgrind {
             }
         }
         data.header.summary = Some(summary);
-        for c in data.costs.values() {
-            for (x, y) in self.collected.iter_mut().zip(c) {
-                *x += y;
-            }
+        let written = data.costs.totals(self.collected.len());
+        for (x, y) in self.collected.iter_mut().zip(written) {
+            *x += y;
         }
         let pid = std::process::id();
         let base = match &self.base {
