@@ -68,6 +68,7 @@ const GUESTS: &[Guest] = &[
     g("execmask", "execmask.c", &[]),
     g("shm", "shm.c", &[]),
     g("vforkorder", "vforkorder.c", &[]),
+    g("truncexec", "truncexec.c", &[]),
     g("pthexit", "pthexit.c", &[]),
 ];
 

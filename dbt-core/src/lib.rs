@@ -23,6 +23,7 @@ pub mod core_state;
 pub mod cpu;
 pub mod dispatch;
 pub mod fast_hash;
+pub mod guest_mem;
 pub mod instrument;
 pub mod loader;
 pub mod pattern;

@@ -245,6 +245,11 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
     // SAFETY: the kernel passes valid siginfo and ucontext pointers.
     let (info, uc) = unsafe { (&*info, &mut *uc) };
     let pc = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as u64;
+    if let Some(fixup) = crate::guest_mem::fault_fixup(pc).filter(|_| is_fault(sig)) {
+        // rgrind's own copy from guest memory that was unmapped meanwhile: it reports it.
+        uc.uc_mcontext.gregs[libc::REG_RIP as usize] = fixup as i64;
+        return;
+    }
     if gs == 0 {
         internal_crash(sig, pc, None);
     }

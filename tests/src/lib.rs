@@ -670,6 +670,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("shm", "shm", &[]),
     gc("vforkorder", "vforkorder", &[]),
     gc("pthexit", "pthexit", &[]),
+    gc("truncexec", "truncexec", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

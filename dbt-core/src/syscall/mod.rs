@@ -212,6 +212,7 @@ fn brk(want: u64) -> i64 {
         p.brk_mapped = need;
     } else if need < p.brk_mapped {
         // Shrinking gives the pages back and makes them inaccessible again, as natively.
+        crate::guest_mem::forget_all();
         // SAFETY: as above, inside the reservation.
         unsafe {
             libc::mmap(
@@ -241,6 +242,14 @@ fn guest_may_touch(c: &crate::core_state::Core, start: u64, end: u64) -> bool {
 }
 
 fn memory(nr: u64, a: [u64; 6]) -> i64 {
+    // Pages `read_guest` remembers as readable may not stay so.
+    crate::guest_mem::forget_all();
+    let r = memory_change(nr, a);
+    crate::guest_mem::forget_all();
+    r
+}
+
+fn memory_change(nr: u64, a: [u64; 6]) -> i64 {
     let mut c = core();
     match nr as i64 {
         libc::SYS_shmat => {

@@ -61,37 +61,7 @@ pub fn insn_text(insn: &Instruction) -> String {
     s
 }
 
-/// Copies guest memory at `addr` into `buf` without faulting; returns the bytes read (stops at
-/// the first unreadable page).
-pub fn read_guest(addr: u64, buf: &mut [u8]) -> usize {
-    let mut done = 0usize;
-    while done < buf.len() {
-        let a = addr + done as u64;
-        let page_left = 0x1000 - (a & 0xfff) as usize;
-        let n = page_left.min(buf.len() - done);
-        let local = libc::iovec {
-            iov_base: buf[done..].as_mut_ptr().cast(),
-            iov_len: n,
-        };
-        let remote = libc::iovec {
-            iov_base: a as *mut libc::c_void,
-            iov_len: n,
-        };
-        // SAFETY: process_vm_readv on our own thread reads through the kernel, which reports an
-        // unmapped remote page as an error instead of faulting; `local` is a valid buffer of n
-        // bytes. The thread id, not the process id: once the thread-group leader has exited,
-        // the kernel no longer finds the memory through it.
-        let r = unsafe { libc::process_vm_readv(libc::gettid(), &local, 1, &remote, 1, 0) };
-        if r <= 0 {
-            break;
-        }
-        done += r as usize;
-        if (r as usize) < n {
-            break;
-        }
-    }
-    done
-}
+pub use crate::guest_mem::read as read_guest;
 
 /// Writes `bytes` to guest memory at `addr` without faulting; false if any of it is not
 /// writable guest memory.
@@ -105,7 +75,8 @@ pub fn write_guest(addr: u64, bytes: &[u8]) -> bool {
         iov_len: bytes.len(),
     };
     // SAFETY: process_vm_writev reports bad guest addresses as errors instead of faulting; the
-    // thread id for the reason given in `read_guest`.
+    // thread id: once the thread-group leader has exited, the kernel no longer finds the
+    // memory through the process id.
     let r = unsafe { libc::process_vm_writev(libc::gettid(), &local, 1, &remote, 1, 0) };
     r == bytes.len() as isize
 }
@@ -609,8 +580,8 @@ pub fn translate(
     opts: &TranslateOptions,
     writable: &dyn Fn(u64, u64) -> bool,
 ) -> Result<u64, TranslateError> {
-    // Most blocks are a few dozen bytes: read a little first (each read is a system call that
-    // pins the pages), all that a block may span only when the first read was too short.
+    // Most blocks are a few dozen bytes: read a little first (a page's first read is a system
+    // call, `guest_mem`), all that a block may span only when the first read was too short.
     let mut buf = vec![0u8; FIRST_READ];
     let n = read_guest(guest, &mut buf);
     buf.truncate(n);
