@@ -3,7 +3,7 @@
 //!
 //! # Invariants
 //! * [`FlatCache::tags`] points to an allocation of exactly `len = sets * assoc` `u64`s that
-//!   the `FlatCache` owns (an anonymous mapping below 2 GiB when `low` is set, else a leaked
+//!   the `FlatCache` owns (an anonymous mapping of its own when `mapped` is set, else a leaked
 //!   `Box<[u64]>`; freed in `Drop`), so the pointer stays valid and fixed for the
 //!   `FlatCache`'s whole life, wherever the struct moves.
 //! * `set_mask == sets - 1` with `sets` a power of two, `assoc >= 1`, `line_bits < 64`, and
@@ -69,8 +69,8 @@ pub struct FlatCache {
     row_bytes: u64,
     /// `sets * assoc`: number of tags.
     len: u64,
-    /// Whether `tags` is a `MAP_32BIT` mapping (else a leaked box).
-    low: bool,
+    /// Whether `tags` is a mapping of its own (else a leaked box).
+    mapped: bool,
 }
 
 /// Tag arrays up to this size (every L1 in practice) are mapped below 2 GiB when the kernel
@@ -78,10 +78,17 @@ pub struct FlatCache {
 /// (`FlatCache::tags_ptr() as u64 < 1 << 31`) instead of loading a 64-bit constant.
 const LOW_TAGS_MAX_BYTES: u64 = 1 << 20;
 
-/// An all-zero array of `len` tags: (pointer, whether it is a low mapping).
+/// Tag arrays from this size on (an LL) get a mapping of their own with transparent huge
+/// pages: the LL's accesses land on random sets of a many-megabyte array, and with 4 KiB
+/// pages each is a TLB miss too.
+const HUGE_TAGS_MIN_BYTES: u64 = 2 << 20;
+
+/// An all-zero array of `len` tags: (pointer, whether it is a mapping of its own).
 fn alloc_tags(len: u64) -> Option<(NonNull<u64>, bool)> {
     let bytes = usize::try_from(len.checked_mul(8)?).ok()?;
-    if bytes > 0 && bytes as u64 <= LOW_TAGS_MAX_BYTES {
+    let low = bytes > 0 && bytes as u64 <= LOW_TAGS_MAX_BYTES;
+    if low || bytes as u64 >= HUGE_TAGS_MIN_BYTES {
+        let where_ = if low { libc::MAP_32BIT } else { 0 };
         // SAFETY: a fresh private anonymous mapping (no file, no fixed address): it cannot
         // alias any existing Rust object. The kernel zero-fills it.
         let p = unsafe {
@@ -89,12 +96,16 @@ fn alloc_tags(len: u64) -> Option<(NonNull<u64>, bool)> {
                 core::ptr::null_mut(),
                 bytes,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_32BIT,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | where_,
                 -1,
                 0,
             )
         };
         if p != libc::MAP_FAILED {
+            if !low {
+                // SAFETY: advice on the mapping just made (only a hint; failure is harmless).
+                unsafe { libc::madvise(p, bytes, libc::MADV_HUGEPAGE) };
+            }
             if let Some(p) = NonNull::new(p.cast::<u64>()) {
                 return Some((p, true));
             }
@@ -130,7 +141,7 @@ impl FlatCache {
         }
         let len = sets.checked_mul(assoc)?;
         let row_bytes = assoc.checked_mul(8)?;
-        let (tags, low) = alloc_tags(len)?;
+        let (tags, mapped) = alloc_tags(len)?;
         Some(FlatCache {
             tags,
             set_mask: sets - 1,
@@ -138,7 +149,7 @@ impl FlatCache {
             assoc,
             row_bytes,
             len,
-            low,
+            mapped,
         })
     }
 
@@ -185,11 +196,11 @@ impl FlatCache {
 impl Clone for FlatCache {
     /// A deep copy: a new tag array with the same contents (e.g. for a forked child).
     fn clone(&self) -> Self {
-        let Some((tags, low)) = alloc_tags(self.len) else {
+        let Some((tags, mapped)) = alloc_tags(self.len) else {
             // `new` allocated this size already; only memory exhaustion gets here.
             std::alloc::handle_alloc_error(std::alloc::Layout::new::<u64>());
         };
-        let mut copy = FlatCache { tags, low, ..*self };
+        let mut copy = FlatCache { tags, mapped, ..*self };
         copy.tags_mut().copy_from_slice(self.tags());
         copy
     }
@@ -197,7 +208,7 @@ impl Clone for FlatCache {
 
 impl Drop for FlatCache {
     fn drop(&mut self) {
-        if self.low {
+        if self.mapped {
             // SAFETY: `tags` is the start of a mapping of `len * 8` bytes made in
             // `alloc_tags`, unmapped only here, once; nothing refers to it after `drop`.
             unsafe { libc::munmap(self.tags.as_ptr().cast(), self.len as usize * 8) };
