@@ -200,7 +200,11 @@ impl Clone for FlatCache {
             // `new` allocated this size already; only memory exhaustion gets here.
             std::alloc::handle_alloc_error(std::alloc::Layout::new::<u64>());
         };
-        let mut copy = FlatCache { tags, mapped, ..*self };
+        let mut copy = FlatCache {
+            tags,
+            mapped,
+            ..*self
+        };
         copy.tags_mut().copy_from_slice(self.tags());
         copy
     }

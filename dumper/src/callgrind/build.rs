@@ -365,15 +365,12 @@ impl CallgrindData {
                 name,
             }
         };
-        let position = |loc: &Location| -> Vec<u64> {
-            kinds
-                .iter()
-                .map(|k| match k {
-                    PosKind::Line => u64::from(loc.line),
-                    _ => loc.offset,
-                })
-                .collect()
+        let position_of = |k: &PosKind, loc: &Location| match k {
+            PosKind::Line => u64::from(loc.line),
+            _ => loc.offset,
         };
+        let position =
+            |loc: &Location| -> Vec<u64> { kinds.iter().map(|k| position_of(k, loc)).collect() };
         // Gather per-block instruction sets.
         #[derive(Default)]
         struct Block<'a> {
@@ -471,16 +468,20 @@ impl CallgrindData {
             };
             for (&addr, costs) in &b.instrs {
                 let loc = sym.lookup_line(addr);
-                let file = loc.file_name().to_string();
-                let pos = position(&loc);
                 if let Some(c) = costs {
+                    // Most instructions add to the run of their line: nothing allocated.
+                    let same = |(f, p): (&String, &Vec<u64>)| {
+                        f.as_str() == loc.file_name()
+                            && p.len() == kinds.len()
+                            && p.iter().zip(kinds).all(|(&v, k)| v == position_of(k, &loc))
+                    };
                     match &mut run {
-                        Some((f, p, acc)) if *f == file && *p == pos => {
+                        Some((f, p, acc)) if same((f, p)) => {
                             crate::cachegrind::add_into(acc, c);
                         }
                         _ => {
                             flush(&mut run, &mut entries);
-                            run = Some((file.clone(), pos.clone(), c.to_vec()));
+                            run = Some((loc.file_name().to_string(), position(&loc), c.to_vec()));
                         }
                     }
                 }
@@ -489,6 +490,8 @@ impl CallgrindData {
                 if calls.is_none() && jumps.is_none() {
                     continue;
                 }
+                let file = loc.file_name().to_string();
+                let pos = position(&loc);
                 flush(&mut run, &mut entries);
                 if let Some(jumps) = jumps {
                     for j in jumps {
