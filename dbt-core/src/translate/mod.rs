@@ -61,25 +61,7 @@ pub fn insn_text(insn: &Instruction) -> String {
     s
 }
 
-pub use crate::guest_mem::read as read_guest;
-
-/// Writes `bytes` to guest memory at `addr` without faulting; false if any of it is not
-/// writable guest memory.
-pub fn write_guest(addr: u64, bytes: &[u8]) -> bool {
-    let local = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: addr as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    // SAFETY: process_vm_writev reports bad guest addresses as errors instead of faulting; the
-    // thread id: once the thread-group leader has exited, the kernel no longer finds the
-    // memory through the process id.
-    let r = unsafe { libc::process_vm_writev(libc::gettid(), &local, 1, &remote, 1, 0) };
-    r == bytes.len() as isize
-}
+pub use crate::guest_mem::{read as read_guest, write as write_guest};
 
 /// How a decoded block ends.
 #[derive(Debug)]
