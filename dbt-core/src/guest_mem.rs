@@ -14,9 +14,9 @@
 //! the lookup and the copy (threads run in parallel under `--tool=none`), or change its
 //! protection key with `wrpkru`. The copy is `rgrind_guest_copy`'s one `rep movsb`; the host
 //! signal handler sends a fault there to `rgrind_guest_copy_fault` (`fault_fixup`), the copy
-//! reports failure, and the read falls back to `process_vm_readv` for that page. (A fault
-//! there while the guest blocks SIGSEGV or SIGBUS would kill the process, as the kernel does
-//! with any blocked fault; with the pages remembered this takes such a race as well.)
+//! reports failure, and the read falls back to `process_vm_readv` for that page. (While the
+//! guest blocks SIGSEGV or SIGBUS the kernel would kill the process for such a fault instead;
+//! only remembered pages are copied directly, so that too needs one of these races.)
 //!
 //! # Invariants
 //! * A page is in `KNOWN` only after `process_vm_readv` read from it and no address-space

@@ -224,6 +224,8 @@ fn brk(want: u64) -> i64 {
                 0,
             )
         };
+        // Another thread may have remembered one of the pages meanwhile (`guest_mem`).
+        crate::guest_mem::forget_all();
         p.mappings.remove(need, p.brk_mapped);
         p.writable.remove(need, p.brk_mapped);
         p.brk_mapped = need;
