@@ -70,6 +70,7 @@ const GUESTS: &[Guest] = &[
     g("vforkorder", "vforkorder.c", &[]),
     g("truncexec", "truncexec.c", &[]),
     g("pthexit", "pthexit.c", &[]),
+    g("acflag", "acflag.c", &[]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

@@ -126,6 +126,12 @@ pub struct ThreadContext {
     pub pending_snapped: u64,
     /// Kernel thread id of this guest thread.
     pub tid: u64,
+    /// The guest's alignment-check flag (`AC`, 0 or `RFLAGS_AC`) while translated code runs.
+    /// The real flag stays clear, so that rgrind's own code (the dispatcher, helpers, signal
+    /// handler) never faults on an unaligned access; `pushfq` and `popfq` are translated to
+    /// read and write it here, and `rflags` holds it while the guest is stopped. As under
+    /// Valgrind, the guest's unaligned accesses do not fault either.
+    pub guest_ac: u64,
     /// Spill slots for translated code.
     pub scratch: [u64; N_SCRATCH],
     /// Instrumentation (`crate::instrument`): the helper trampoline's address, the top of this
@@ -151,6 +157,9 @@ pub struct ThreadContext {
 
 pub const OFF_GPR: usize = offset_of!(ThreadContext, gpr);
 pub const OFF_RFLAGS: usize = offset_of!(ThreadContext, rflags);
+pub const OFF_GUEST_AC: usize = offset_of!(ThreadContext, guest_ac);
+/// The alignment-check bit of RFLAGS.
+pub const RFLAGS_AC: u64 = 1 << 18;
 pub const OFF_RIP: usize = offset_of!(ThreadContext, rip);
 pub const OFF_GUEST_FS: usize = offset_of!(ThreadContext, guest_fs);
 pub const OFF_HOST_FS: usize = offset_of!(ThreadContext, host_fs);

@@ -671,6 +671,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("vforkorder", "vforkorder", &[]),
     gc("pthexit", "pthexit", &[]),
     gc("truncexec", "truncexec", &[]),
+    gc("acflag", "acflag", &[]),
 ];
 
 /// The case of [`GUEST_CASES`] with this label; panics if there is none.

@@ -376,6 +376,56 @@ impl Emitter {
         self.encode(&mov)
     }
 
+    /// `popfq` without setting the real AC flag: the guest's goes to `guest_ac`
+    /// (`ThreadContext::guest_ac`). With AC set in the popped value, `popfq` runs on a copy
+    /// without it in a spill slot (rsp pointed there for the one instruction: rgrind's signal
+    /// handler runs on its own stack), so guest memory is only read.
+    fn popfq(&mut self) {
+        let (ac, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
+        let (slot, flag) = (OFF_GUEST_AC as i32, RFLAGS_AC as i32);
+        dynasm!(self.ops
+            ; .arch x64
+            // Reads the slot as `popfq` would: a fault here is the guest's.
+            ; bt QWORD [rsp], 18
+            ; jc =>ac
+            ; gs mov QWORD [slot], 0
+            ; popfq
+            ; jmp =>done
+            ; =>ac
+            ; gs mov QWORD [slot], flag
+            ; gs mov QWORD [S0], rax
+            ; mov rax, QWORD [rsp]
+            ; btr rax, 18
+            ; gs mov QWORD [S1], rax
+            ; gs mov rax, QWORD [OFF_SELF as i32]
+            ; lea rax, [rax + S1]
+            ; gs mov QWORD [S2], rsp
+            ; mov rsp, rax
+            ; popfq
+            ; gs mov rsp, QWORD [S2]
+            ; lea rsp, [rsp + 8]
+            ; gs mov rax, QWORD [S0]
+            ; =>done
+        );
+    }
+
+    /// `pushfq` with the guest's AC flag (`guest_ac`) in the pushed value; flag-free after
+    /// the push (the real AC is clear, so adding the bit sets it).
+    fn pushfq(&mut self) {
+        dynasm!(self.ops
+            ; .arch x64
+            ; pushfq
+            ; gs mov QWORD [S0], rax
+            ; gs mov QWORD [S1], rcx
+            ; mov rax, QWORD [rsp]
+            ; gs mov rcx, QWORD [OFF_GUEST_AC as i32]
+            ; lea rax, [rax + rcx]
+            ; mov QWORD [rsp], rax
+            ; gs mov rcx, QWORD [S1]
+            ; gs mov rax, QWORD [S0]
+        );
+    }
+
     /// Encodes `insn` at the current host position.
     fn encode(&mut self, insn: &Instruction) -> Result<(), String> {
         let ip = self.host + self.off() as u64;
@@ -755,6 +805,14 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
         }
         Code::Cpuid => {
             em.jmp_exit(ExitKind::Cpuid, next);
+            return Ok(());
+        }
+        Code::Popfq => {
+            em.popfq();
+            return Ok(());
+        }
+        Code::Pushfq => {
+            em.pushfq();
             return Ok(());
         }
         _ if crate::clientreq::is_request(insn) => {
