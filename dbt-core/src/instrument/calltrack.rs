@@ -155,6 +155,10 @@ pub struct JumpState {
     // tool's stacks up to date themselves; the tool reads the lengths back.
     /// The thread's activation count per function (`*mut u32`, indexed by function).
     pub fn_active: AtomicU64,
+    /// How many functions `fn_active` holds. A call plan is shared by the threads (cost
+    /// centres are, without `--separate-threads`) and may name a function a thread has not
+    /// seen yet: the call case leaves that to the tool (which grows the thread's table).
+    pub fn_len: AtomicU64,
     /// The thread's function stack: first slot, next free slot, end of its capacity
     /// (`*mut u32`).
     pub fn_base: AtomicU64,
@@ -207,6 +211,7 @@ impl JumpState {
             stack_base_neg: AtomicU64::new(0),
             run_ir: AtomicU64::new(0),
             fn_active: AtomicU64::new(0),
+            fn_len: AtomicU64::new(0),
             fn_base: AtomicU64::new(0),
             fn_top: AtomicU64::new(0),
             fn_end: AtomicU64::new(0),

@@ -1195,6 +1195,7 @@ struct JumpOffsets {
     cur_stride: i32,
     stat: i32,
     fn_active: i32,
+    fn_len: i32,
     fn_base: i32,
     fn_top: i32,
     fn_end: i32,
@@ -1278,6 +1279,7 @@ const JUMP_OFF: JumpOffsets = {
         cur_stride: offset_of!(S, cur_stride) as i32,
         stat: offset_of!(S, stat) as i32,
         fn_active: offset_of!(S, fn_active) as i32,
+        fn_len: offset_of!(S, fn_len) as i32,
         fn_base: offset_of!(S, fn_base) as i32,
         fn_top: offset_of!(S, fn_top) as i32,
         fn_end: offset_of!(S, fn_end) as i32,
@@ -1982,6 +1984,7 @@ fn tail_from_top(a: &mut Asm, j: &super::calltrack::InlineJump, fail_here: Dynam
 fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: DynamicLabel) {
     let JumpOffsets {
         fn_active,
+        fn_len,
         fn_top,
         fn_end,
         ..
@@ -1992,6 +1995,8 @@ fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: Dy
         ; gs mov QWORD [IS3], rbx
         ; gs mov QWORD [IS4], rsi
         ; mov rbx, QWORD [rax + p.to_fn]
+        ; cmp rbx, QWORD [rdx + fn_len]
+        ; jae =>fail_saved
         ; shl rbx, 2
         ; add rbx, QWORD [rdx + fn_active]
         ; mov ecx, DWORD [rbx]

@@ -2442,6 +2442,7 @@ impl Runtime {
                 .stack_last
                 .store(base.wrapping_add(t.stack.capacity() - 1) as u64, r);
             js.fn_active.store(t.fn_active.as_mut_ptr() as u64, r);
+            js.fn_len.store(t.fn_active.len() as u64, r);
             let fb = t.fn_stack.as_mut_ptr();
             js.fn_base.store(fb as u64, r);
             jump()
@@ -2463,6 +2464,7 @@ impl Runtime {
         } else {
             js.ret_frame.store(EMPTY_FRAME.as_ptr() as u64, r);
             js.stack_base_neg.store(0, r);
+            js.fn_len.store(0, r);
         }
         js.exit.store(exit, r);
     }
