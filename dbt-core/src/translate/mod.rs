@@ -379,7 +379,8 @@ impl Emitter {
     /// `popfq` without setting the real AC flag: the guest's goes to `guest_ac`
     /// (`ThreadContext::guest_ac`). With AC set in the popped value, `popfq` runs on a copy
     /// without it in a spill slot (rsp pointed there for the one instruction: rgrind's signal
-    /// handler runs on its own stack), so guest memory is only read.
+    /// handler runs on its own stack), so guest memory is only read. The `bt`/`btr` change
+    /// flags that the `popfq` then sets.
     fn popfq(&mut self) {
         let (ac, done) = (self.ops.new_dynamic_label(), self.ops.new_dynamic_label());
         let (slot, flag) = (OFF_GUEST_AC as i32, RFLAGS_AC as i32);
