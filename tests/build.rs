@@ -71,6 +71,7 @@ const GUESTS: &[Guest] = &[
     g("truncexec", "truncexec.c", &[]),
     g("pthexit", "pthexit.c", &[]),
     g("acflag", "acflag.c", &[]),
+    g("deepthreads", "deepthreads.c", &["-pthread"]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

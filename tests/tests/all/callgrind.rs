@@ -1,5 +1,6 @@
 //! `--tool=callgrind`: call counts and inclusive costs on a small guest, checked against
-//! hand-computed values and (when installed) Valgrind's own file; the client-request toggle.
+//! hand-computed values and (when installed) Valgrind's own file; the client-request toggle;
+//! call stacks kept across time-sliced thread switches.
 //!
 //! Inclusive costs are compared within 5%: they include the lazy-binding resolver, whose
 //! variant depends on the CPU features reported (Valgrind hides XSAVEC).
@@ -368,6 +369,61 @@ fn self_loops_count_every_iteration_under_callgrind() {
                 Some(ir(line)),
                 "line {line}:\n{vtext}"
             );
+        }
+    }
+}
+
+/// Two threads deep in recursion (`tests/guests/deepthreads.c`) while the run lock passes
+/// between them by time slice, with no system call to fold the inline paths' state first:
+/// each thread keeps its whole call stack, so `work`'s arc into `deep` carries every cost
+/// below it, `leaf` is never taken for a recursion, and (when installed) Valgrind agrees.
+#[test]
+fn time_sliced_threads_keep_their_call_stacks() {
+    let exe = rgrind_tests::guest("deepthreads");
+    let theirs = valgrind().map(|vg| {
+        let out = scratch_dir().join("deepthreads.vg");
+        let file = format!("--callgrind-out-file={}", out.display());
+        let o = run_valgrind(&vg, &["--tool=callgrind", &file], &Cmd::new(&exe));
+        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+        profile_of(&out)
+    });
+    for opts in [&[][..], &["--cache-sim=yes"][..]] {
+        let out = scratch_dir().join("deepthreads.rg");
+        let file = format!("--callgrind-out-file={}", out.display());
+        let mut all = vec!["--tool=callgrind", "--stats=yes", file.as_str()];
+        all.extend_from_slice(opts);
+        let o = run_rgrind(&all, &Cmd::new(&exe));
+        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+        let switches: u64 = o
+            .stderr_str()
+            .lines()
+            .find_map(|l| l.strip_prefix("--rgrind-- thread switches: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no switch count: {}", o.describe()));
+        assert!(
+            switches >= 2,
+            "the threads never switched: {}",
+            o.describe()
+        );
+        let mine = profile_of(&out);
+        assert!(!mine.self_ir.contains_key("leaf'2"), "{opts:?}: {mine:?}");
+        let below: u64 = mine
+            .self_ir
+            .iter()
+            .filter(|(f, _)| *f == "leaf" || f.split('\'').next() == Some("deep"))
+            .map(|(_, ir)| ir)
+            .sum();
+        let arc = mine.arcs.get(&("work".into(), "deep".into()));
+        assert_eq!(arc, Some(&(40, below)), "{opts:?}: work -> deep");
+        if let Some(theirs) = &theirs {
+            for (a, b) in [("work", "deep"), ("deep", "deep'2"), ("deep'2", "leaf")] {
+                let key = (a.to_string(), b.to_string());
+                assert_eq!(
+                    mine.arcs.get(&key),
+                    theirs.arcs.get(&key),
+                    "{opts:?}: {a} -> {b}"
+                );
+            }
         }
     }
 }

@@ -219,6 +219,13 @@ unsafe fn sync_in() {
     Runtime::inline_disarm();
 }
 
+/// The run lock's switch hook: what the inline paths did belongs to the thread that ran
+/// last, which may have been stopped by a time slice (no tool hook folded it first).
+fn switch_threads() {
+    // SAFETY: the hook runs holding the run lock, so the thread that ran last is stopped.
+    unsafe { sync_in() };
+}
+
 /// Block-start routine: `info` is the block's leaked `BlockInfo`, `sp` the guest rsp.
 extern "C" fn clg_setup(info: u64, sp: u64, _: u64) -> u64 {
     let key = dbt_core::tool::thread_key();
@@ -410,7 +417,7 @@ impl Callgrind {
         RT.store(Box::into_raw(Box::new(rt)), Ordering::Relaxed);
         // The inline paths' state belongs to the thread that ran last; another thread's
         // blocks must not take them before Rust has switched to it (`runtime_and_thread`).
-        dbt_core::tool::set_thread_switch_hook(Runtime::inline_disarm);
+        dbt_core::tool::set_thread_switch_hook(switch_threads);
         let instrumenting = opts.instr_atstart;
         let cwd = std::env::current_dir().unwrap_or_default();
         let mut t = Callgrind {
