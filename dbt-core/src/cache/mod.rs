@@ -92,6 +92,9 @@ pub struct LoopOwed {
 #[derive(Default)]
 pub struct CodeCache {
     chunks: Vec<Chunk>,
+    /// Guest windows (`guest >> 26`) near which no chunk could be mapped: the search is up
+    /// to 48 failing `mmap` calls, not to be repeated for every block there.
+    no_room_near: crate::fast_hash::FastSet<u64>,
     pub blocks: FastMap<u64, Block>,
     /// Blocks ordered by guest start, for range invalidation.
     by_start: BTreeMap<u64, u64>,
@@ -118,14 +121,18 @@ impl CodeCache {
         {
             return Some(c.used);
         }
-        if let Some(base) = map_chunk_near(guest) {
-            self.chunks.push(Chunk {
-                base,
-                end: base + CHUNK_SIZE,
-                used: base,
-                far: false,
-            });
-            return Some(base);
+        let window = guest >> 26;
+        if !self.no_room_near.contains(&window) {
+            if let Some(base) = map_chunk_near(guest) {
+                self.chunks.push(Chunk {
+                    base,
+                    end: base + CHUNK_SIZE,
+                    used: base,
+                    far: false,
+                });
+                return Some(base);
+            }
+            self.no_room_near.insert(window);
         }
         if let Some(c) = self.chunks.iter().find(|c| c.far && c.end - c.used >= len) {
             return Some(c.used);

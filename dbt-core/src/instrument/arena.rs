@@ -18,6 +18,8 @@ use std::sync::Mutex;
 const CHUNK: u64 = 16 << 20;
 /// A chunk serves translations within this distance of its start (rel32 reach with margin).
 const NEAR: u64 = 1 << 30;
+/// Translations are grouped in windows of this size for [`Arena::no_room_near`].
+const WINDOW_SHIFT: u32 = 26;
 
 struct Chunk {
     base: u64,
@@ -32,6 +34,10 @@ struct Arena {
     arrays: FastMap<(u64, u64, usize), u64>,
     /// Block counter -> its loop shares (`loop_shares`): first share, count.
     shares: FastMap<u64, (u64, usize)>,
+    /// Windows of translations (`host >> WINDOW_SHIFT`) near which no chunk could be mapped:
+    /// the search is up to 128 failing `mmap` calls, which a JVM (whose reservations fill
+    /// the space around its code) made for every new block.
+    no_room_near: crate::fast_hash::FastSet<u64>,
 }
 
 static ARENA: Mutex<Option<Arena>> = Mutex::new(None);
@@ -142,7 +148,14 @@ impl Arena {
             .position(|c| !c.far && c.base.abs_diff(host) < NEAR && fits(c));
         let i = near
             .or_else(|| {
-                let base = new_near_chunk(host)?;
+                let window = host >> WINDOW_SHIFT;
+                if self.no_room_near.contains(&window) {
+                    return None;
+                }
+                let Some(base) = new_near_chunk(host) else {
+                    self.no_room_near.insert(window);
+                    return None;
+                };
                 self.chunks.push(Chunk {
                     base,
                     used: 0,
