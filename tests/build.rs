@@ -72,6 +72,8 @@ const GUESTS: &[Guest] = &[
     g("pthexit", "pthexit.c", &[]),
     g("acflag", "acflag.c", &[]),
     g("deepthreads", "deepthreads.c", &["-pthread"]),
+    g("farphdr", "farphdr.c", &[]),
+    g("libfarwork.so", "farwork.c", &["-shared", "-fPIC"]),
 ];
 
 fn compiler_for(source: &str) -> &'static str {

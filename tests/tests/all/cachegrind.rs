@@ -236,3 +236,69 @@ fn flags_held_between_data_checks_reach_a_fault_handler() {
         native.describe()
     );
 }
+
+/// Copies an ELF64 file with its program header table moved to the end (as BOLT leaves
+/// them), where a reader of only the first page does not find them.
+fn with_program_headers_at_end(from: &std::path::Path, to: &std::path::Path) {
+    let mut b = std::fs::read(from).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap());
+    let phoff = u64_at(&b, 0x20) as usize;
+    let len = u16_at(&b, 0x36) as usize * u16_at(&b, 0x38) as usize;
+    let table = b[phoff..phoff + len].to_vec();
+    b.resize(b.len().next_multiple_of(8), 0);
+    let moved = b.len() as u64;
+    assert!(moved > 4096, "the library is too small to test with");
+    b.extend_from_slice(&table);
+    b[0x20..0x28].copy_from_slice(&moved.to_le_bytes());
+    std::fs::write(to, b).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+}
+
+/// Functions of a library whose program headers lie at the end of the file (rustc's BOLT-ed
+/// `libLLVM.so`) are named, with Valgrind's cost, under both tools. Before, the library was
+/// never recorded as a module: its code went to `???`, and every block translated there
+/// re-read the process's maps (rustc ran for over ten minutes).
+#[test]
+fn library_with_program_headers_at_its_end_is_symbolised() {
+    let lib = scratch_dir().join("libfarwork-moved.so");
+    with_program_headers_at_end(&rgrind_tests::guest("libfarwork.so"), &lib);
+    let cmd = Cmd::guest("farphdr").args([&lib]);
+    let far_work_ir = |text: &str| -> u64 {
+        let mut in_fn = false;
+        let mut ir = 0;
+        for l in text.lines() {
+            if let Some(f) = l.strip_prefix("fn=") {
+                in_fn = f == "far_work";
+            } else if in_fn && l.starts_with(|c: char| c.is_ascii_digit()) {
+                ir += l
+                    .split(' ')
+                    .nth(1)
+                    .and_then(|x| x.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+        ir
+    };
+    let (o, text) = profile_cmd(&cmd, "farphdr.cg", &[]);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let mine = far_work_ir(&text);
+    assert!(mine > 300_000, "far_work: {mine} Ir\n{text}");
+    if let Some(vg) = valgrind() {
+        let out = scratch_dir().join("farphdr.vg");
+        let file = format!("--cachegrind-out-file={}", out.display());
+        let v = run_valgrind(&vg, &["--tool=cachegrind", "--cache-sim=no", &file], &cmd);
+        assert_eq!(v.stdout_str(), o.stdout_str());
+        let theirs = far_work_ir(&std::fs::read_to_string(&out).unwrap());
+        assert_eq!(mine, theirs, "far_work's Ir against Valgrind's");
+    }
+    let clg = scratch_dir().join("farphdr.clg");
+    let file = format!("--callgrind-out-file={}", clg.display());
+    let o = run_rgrind(&["--tool=callgrind", "--compress-strings=no", &file], &cmd);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let text = std::fs::read_to_string(&clg).unwrap();
+    let ob = format!("ob={}", lib.display());
+    assert!(
+        text.contains("fn=far_work") && text.contains(&ob),
+        "far_work or its object missing:\n{text}"
+    );
+}

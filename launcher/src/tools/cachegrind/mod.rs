@@ -664,6 +664,12 @@ impl Tool for Cachegrind {
         }
     }
 
+    fn post_syscall(&mut self, nr: u64, result: i64) {
+        if result >= 0 && modules::maps_memory(nr) {
+            self.modules.mappings_changed();
+        }
+    }
+
     fn fini(&mut self, reason: FiniReason) {
         let (costs, totals) = self.collect();
         if let Err(e) = self.write_profile(&costs) {

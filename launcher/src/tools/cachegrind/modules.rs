@@ -14,8 +14,12 @@ pub struct Modules {
     /// Path -> (load bias, mapped ranges).
     seen: BTreeMap<String, (u64, Vec<(u64, u64)>)>,
     vdso: Option<(u64, u64)>,
-    /// Ranges known to be covered, to re-read the maps only for new code.
-    covered: Vec<(u64, u64)>,
+    /// Every mapping of the last read of the maps (modules or not), sorted: code there
+    /// needs no new read until the mappings change ([`Modules::mappings_changed`]).
+    known: Ranges,
+    /// Path -> `(p_offset, p_vaddr)` of its first PT_LOAD (None: not an ELF file), read
+    /// once per path.
+    first_loads: BTreeMap<String, Option<(u64, u64)>>,
 }
 
 fn read_u64(b: &[u8], at: usize) -> Option<u64> {
@@ -26,46 +30,84 @@ fn read_u16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(b.get(at..at + 2)?.try_into().ok()?))
 }
 
-/// `(p_offset, p_vaddr)` of the first PT_LOAD of an ELF64 image's header bytes.
-fn first_load(head: &[u8]) -> Option<(u64, u64)> {
-    if head.get(..4)? != b"\x7fELF" {
+/// Where an ELF64 header (the first 64 bytes) says the program headers are: offset, entry
+/// size, count.
+fn program_headers(header: &[u8]) -> Option<(u64, usize, usize)> {
+    if header.get(..4)? != b"\x7fELF" {
         return None;
     }
-    let phoff = read_u64(head, 0x20)? as usize;
-    let phentsize = read_u16(head, 0x36)? as usize;
-    let phnum = read_u16(head, 0x38)? as usize;
+    let phoff = read_u64(header, 0x20)?;
+    let phentsize = read_u16(header, 0x36)? as usize;
+    let phnum = read_u16(header, 0x38)? as usize;
+    Some((phoff, phentsize, phnum))
+}
+
+/// `(p_offset, p_vaddr)` of the first PT_LOAD in a program header table.
+fn first_load_in(table: &[u8], phentsize: usize, phnum: usize) -> Option<(u64, u64)> {
     (0..phnum).find_map(|i| {
-        let ph = phoff + i * phentsize;
-        let ty = u32::from_le_bytes(head.get(ph..ph + 4)?.try_into().ok()?);
-        (ty == 1).then(|| Some((read_u64(head, ph + 8)?, read_u64(head, ph + 16)?)))?
+        let ph = i * phentsize;
+        let ty = u32::from_le_bytes(table.get(ph..ph + 4)?.try_into().ok()?);
+        (ty == 1).then(|| Some((read_u64(table, ph + 8)?, read_u64(table, ph + 16)?)))?
     })
 }
 
-fn file_head(path: &str) -> Option<Vec<u8>> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).ok()?;
-    let mut buf = vec![0u8; 4096];
-    let n = f.read(&mut buf).ok()?;
-    buf.truncate(n);
-    Some(buf)
+/// `(p_offset, p_vaddr)` of the first PT_LOAD of a whole ELF64 image in memory.
+fn first_load(image: &[u8]) -> Option<(u64, u64)> {
+    let (phoff, phentsize, phnum) = program_headers(image)?;
+    first_load_in(image.get(usize::try_from(phoff).ok()?..)?, phentsize, phnum)
+}
+
+/// The same for an ELF file, reading its program headers where the header says they are
+/// (a BOLT-optimised library such as rustc's `libLLVM.so` has them 140 MB into the file).
+fn first_load_of_file(path: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path).ok()?;
+    let mut header = [0u8; 64];
+    f.read_exact_at(&mut header, 0).ok()?;
+    let (phoff, phentsize, phnum) = program_headers(&header)?;
+    let mut table = vec![0u8; phentsize.checked_mul(phnum)?.min(1 << 20)];
+    f.read_exact_at(&mut table, phoff).ok()?;
+    first_load_in(&table, phentsize, phnum)
+}
+
+/// Whether system call `nr` maps or unmaps memory (see [`Modules::mappings_changed`]).
+pub fn maps_memory(nr: u64) -> bool {
+    [
+        libc::SYS_mmap,
+        libc::SYS_munmap,
+        libc::SYS_mremap,
+        libc::SYS_shmat,
+    ]
+    .contains(&(nr as i64))
 }
 
 impl Modules {
-    /// Whether `addr` lies in a module already recorded.
+    /// Whether `addr` lay in a mapping at the last read of the maps, and none has changed
+    /// since: a new module there would have been recorded then.
     pub fn covers(&self, addr: u64) -> bool {
-        self.covered.iter().any(|&(s, e)| (s..e).contains(&addr))
+        let i = self.known.partition_point(|&(_, e)| e <= addr);
+        self.known.get(i).is_some_and(|&(s, _)| s <= addr)
     }
 
-    /// Re-reads `/proc/self/maps` and records every module mapped now.
-    pub fn refresh(&mut self) {
+    /// The guest mapped or unmapped memory: code at an address known before may now be
+    /// another module's.
+    pub fn mappings_changed(&mut self) {
+        self.known.clear();
+    }
+
+    /// Re-reads `/proc/self/maps` and records every module mapped now; true when that
+    /// changed what [`Modules::infos`] returns.
+    pub fn refresh(&mut self) -> bool {
         let Ok(maps) = std::fs::read_to_string("/proc/thread-self/maps") else {
-            return;
+            return false;
         };
         let own = std::env::current_exe()
             .ok()
             .map(|p| p.to_string_lossy().into_owned());
+        let mut changed = false;
+        self.known.clear();
         // path -> (ranges, start of the mapping at file offset 0)
-        let mut now: BTreeMap<String, (Ranges, Ranges)> = BTreeMap::new();
+        let mut now: BTreeMap<&str, (Ranges, Ranges)> = BTreeMap::new();
         for line in maps.lines() {
             let mut it = line.split_whitespace();
             let (Some(range), Some(_perms), Some(off)) = (it.next(), it.next(), it.next()) else {
@@ -82,23 +124,30 @@ impl Modules {
             ) else {
                 continue;
             };
+            self.known.push((s, e));
             if path == "[vdso]" {
+                changed |= self.vdso != Some((s, e));
                 self.vdso = Some((s, e));
-                self.covered.push((s, e));
                 continue;
             }
             if !path.starts_with('/') || Some(path) == own.as_deref() {
                 continue;
             }
-            let entry = now.entry(path.to_string()).or_default();
+            let entry = now.entry(path).or_default();
             entry.0.push((s, e));
             entry.1.push((off, s));
         }
+        self.known.sort_unstable();
         for (path, (ranges, offs)) in now {
-            let Some(head) = file_head(&path) else {
-                continue;
+            let first = match self.first_loads.get(path) {
+                Some(&f) => f,
+                None => {
+                    let f = first_load_of_file(path);
+                    self.first_loads.insert(path.to_string(), f);
+                    f
+                }
             };
-            let Some((p_off, p_vaddr)) = first_load(&head) else {
+            let Some((p_off, p_vaddr)) = first else {
                 continue;
             };
             let page = p_off & !0xfff;
@@ -106,17 +155,21 @@ impl Modules {
                 continue;
             };
             let bias = start.wrapping_sub(p_vaddr & !0xfff);
-            self.covered.extend(ranges.iter().copied());
-            let e = self.seen.entry(path).or_insert((bias, Vec::new()));
+            let e = self
+                .seen
+                .entry(path.to_string())
+                .or_insert((bias, Vec::new()));
             if e.0 != bias {
                 *e = (bias, Vec::new());
             }
             for r in ranges {
                 if !e.1.contains(&r) {
                     e.1.push(r);
+                    changed = true;
                 }
             }
         }
+        changed
     }
 
     /// The module list for the symboliser.

@@ -42,7 +42,7 @@
 pub mod options;
 pub mod runtime;
 
-use super::cachegrind::modules::Modules;
+use super::cachegrind::modules::{maps_memory, Modules};
 use super::cachegrind::StartupLine;
 use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
 use dbt_core::fast_hash::{FastMap, FastSet};
@@ -504,8 +504,7 @@ impl Callgrind {
             }
             return p;
         }
-        if !self.modules.covers(b.start) {
-            self.modules.refresh();
+        if !self.modules.covers(b.start) && self.modules.refresh() {
             let old = self.sym.take();
             self.sym = Some(dumper::Symbolizer::new_reusing(self.modules.infos(), old));
         }
@@ -1302,7 +1301,10 @@ impl Tool for Callgrind {
         }
     }
 
-    fn post_syscall(&mut self, _nr: u64, _result: i64) {
+    fn post_syscall(&mut self, nr: u64, result: i64) {
+        if result >= 0 && maps_memory(nr) {
+            self.modules.mappings_changed();
+        }
         let unit = self.opts.collect_systime;
         if unit == SysTime::No {
             return;
