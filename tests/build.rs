@@ -1,4 +1,4 @@
-//! Builds the guest programs in `guests/` with gcc/g++ into `$OUT_DIR/guests` and tells the
+//! Builds the guest programs in `guests/` with gcc/g++ (and rustc, for Rust's symbol names) into `$OUT_DIR/guests` and tells the
 //! crate where they are through `RGRIND_GUESTS`.
 //!
 //! Invariants: every entry of `GUESTS` yields one executable named `name`; a missing compiler or a
@@ -74,10 +74,19 @@ const GUESTS: &[Guest] = &[
     g("deepthreads", "deepthreads.c", &["-pthread"]),
     g("farphdr", "farphdr.c", &[]),
     g("libfarwork.so", "farwork.c", &["-shared", "-fPIC"]),
+    g("cxxnames", "cxxnames.cpp", &[]),
+    g("names-legacy", "names.rs", &[]),
+    g(
+        "names-v0",
+        "names.rs",
+        &["-C", "symbol-mangling-version=v0"],
+    ),
 ];
 
 fn compiler_for(source: &str) -> &'static str {
-    if source.ends_with(".cpp") {
+    if source.ends_with(".rs") {
+        "rustc"
+    } else if source.ends_with(".cpp") {
         "g++"
     } else {
         "gcc"
@@ -101,13 +110,20 @@ fn check_compiler(cc: &str) {
 
 fn build(guest: &Guest, src_dir: &Path, out_dir: &Path) -> Result<(), String> {
     let cc = compiler_for(guest.source);
-    let mut cmd = Command::new(cc);
-    cmd.args(["-O2", "-g", "-Wall", "-Wextra"])
-        .args(guest.flags)
+    let mut cmd;
+    if cc == "rustc" {
+        // The toolchain building this crate (cargo tells build scripts which).
+        cmd = Command::new(std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into()));
+        cmd.args(["-O", "-g", "--edition", "2021"]);
+    } else {
+        cmd = Command::new(cc);
+        cmd.args(["-O2", "-g", "-Wall", "-Wextra"]);
+    }
+    cmd.args(guest.flags)
         .arg("-o")
         .arg(out_dir.join(guest.name))
         .arg(src_dir.join(guest.source));
-    if !guest.flags.contains(&"-nostdlib") {
+    if cc != "rustc" && !guest.flags.contains(&"-nostdlib") {
         cmd.arg("-lm");
     }
     let out = cmd

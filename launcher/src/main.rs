@@ -1,5 +1,6 @@
 //! `rgrind`: the Valgrind-compatible command line in front of the translator and the tools.
 mod cli;
+mod gnu_demangle;
 mod guest_env;
 mod log;
 mod tools;
@@ -54,6 +55,9 @@ fn main() {
 }
 
 fn run(s: Settings) -> ! {
+    if s.tool != ToolName::None {
+        gnu_demangle::install();
+    }
     let valgrind_env = s.valgrind_guest_env();
     let (envp, preload) = match guest_env::build(valgrind_env) {
         Ok(e) => e,

@@ -4,6 +4,12 @@
 //! disambiguator) and C++ (Itanium ABI) names, keeps a symbol-version suffix (`@@GLIBC_2.34`)
 //! as Valgrind does, and renames the functions below `main` to `(below main)`.
 //!
+//! C++ names go first through the demangler set with [`set_cxx_demangler`]: rgrind sets GNU's,
+//! the one Valgrind embeds (libiberty's), as the system's libstdc++ exports it
+//! (`__cxa_demangle`): its text differs from the `cpp_demangle` crate's in one name in ten of
+//! a large C++ program (`8u` against `(unsigned int)8`, `R (A)` against `R(A)` for function
+//! types, empty template packs, `[clone .llvm.N]`). Without it the crate's text is used.
+//!
 //! # Invariants
 //! * Demangling never fails: a name that cannot be demangled is returned unchanged.
 //!
@@ -21,18 +27,15 @@ pub fn demangle(raw: &str) -> String {
 }
 
 fn demangle_base(name: &str) -> String {
-    if name.starts_with("_R") || name.starts_with("_ZN") {
-        if let Ok(d) = rustc_demangle::try_demangle(name) {
-            // Legacy Rust names end with a 17h<hash>E component; rustc-demangle only
-            // claims a `_ZN` name as Rust when it is a plain path, which C++ names with
-            // parameters are not.
-            let s = format!("{d:#}");
-            if name.starts_with("_R") || looks_rust_legacy(name) {
-                return s;
-            }
+    if let Some(core) = rust_core(name) {
+        if let Ok(d) = rustc_demangle::try_demangle(core) {
+            return format!("{d:#}");
         }
     }
     if name.starts_with("_Z") {
+        if let Some(s) = gnu_demangle(name) {
+            return s;
+        }
         if let Ok(sym) = cpp_demangle::Symbol::new(name.as_bytes()) {
             if let Ok(s) = sym.demangle() {
                 return s;
@@ -42,17 +45,42 @@ fn demangle_base(name: &str) -> String {
     name.to_string()
 }
 
-/// A legacy Rust symbol is `_ZN` ... `17h` + 16 hex digits + `E` (optionally followed by a
-/// `.llvm.` suffix).
-fn looks_rust_legacy(name: &str) -> bool {
-    let core = name.split('.').next().unwrap_or(name);
-    let Some(body) = core.strip_suffix('E') else {
-        return false;
-    };
-    body.len() > 20 && {
-        let tail = &body[body.len() - 19..];
-        tail.starts_with("17h") && tail[3..].bytes().all(|b| b.is_ascii_hexdigit())
+/// A C++ demangler to try before the `cpp_demangle` crate (see the module comment).
+static CXX_DEMANGLER: std::sync::OnceLock<fn(&str) -> Option<String>> = std::sync::OnceLock::new();
+
+/// Sets the C++ demangler tried first (once per process; later calls are ignored). The
+/// launcher sets GNU's, which needs unsafe code this crate does not have.
+pub fn set_cxx_demangler(f: fn(&str) -> Option<String>) {
+    let _ = CXX_DEMANGLER.set(f);
+}
+
+fn gnu_demangle(name: &str) -> Option<String> {
+    CXX_DEMANGLER.get().and_then(|f| f(name))
+}
+
+/// The Rust symbol in `name` without the `.suffix` a compiler may add (`.llvm.N`, `.cold`,
+/// `.warm`), which Valgrind's demangler drops as well (libiberty's `rust-demangle.c`); None
+/// when `name` is not Rust's. rustc-demangle alone claims a `_ZN` name as Rust whenever it
+/// is a plain path, which C++ names with parameters are not, so a legacy name must also end
+/// in the `17h` + 16 hex digits + `E` hash component.
+fn rust_core(name: &str) -> Option<&str> {
+    if name.starts_with("_R") {
+        return name.split('.').next();
     }
+    if !name.starts_with("_ZN") {
+        return None;
+    }
+    // Legacy paths contain `..` (for `::` inside `<...>`), so the suffix starts after the
+    // last `E` that a `.` follows.
+    let end = if name.ends_with('E') {
+        name.len()
+    } else {
+        name.rfind("E.")? + 1
+    };
+    let core = &name[..end];
+    let body = core.strip_suffix('E')?;
+    let tail = body.get(body.len().checked_sub(19)?..)?;
+    (tail.starts_with("17h") && tail[3..].bytes().all(|b| b.is_ascii_hexdigit())).then_some(core)
 }
 
 /// True for the names Valgrind renames to `(below main)` (`VG_(get_fnname_kind)`):
@@ -102,6 +130,19 @@ mod tests {
                 "std::ios_base::Init::Init()@@GLIBCXX_3.4",
             ),
             ("_Z", "_Z"),
+            // Trait impls: legacy paths with `..`, and the suffixes Valgrind drops.
+            (
+                "_ZN100_$LT$$RF$object..read..read_cache..ReadCache$LT$R$GT$$u20$as$u20$object..read..read_ref..ReadRef$GT$13read_bytes_at17hd22c1503da2bbd28E",
+                "<&object::read::read_cache::ReadCache<R> as object::read::read_ref::ReadRef>::read_bytes_at",
+            ),
+            (
+                "_ZN4core3ptr13drop_in_place17h0123456789abcdefE.llvm.4444.warm",
+                "core::ptr::drop_in_place",
+            ),
+            ("_ZN1m7compute17h0123456789abcdefE.cold", "m::compute"),
+            ("_RNvNtCs1234_1m5inner7compute.llvm.123.cold", "m::inner::compute"),
+            // C names keep theirs.
+            ("base_alloc_impl.llvm.17794163376973226188", "base_alloc_impl.llvm.17794163376973226188"),
         ];
         for (raw, want) in cases {
             assert_eq!(demangle(raw), want, "{raw}");

@@ -24,5 +24,6 @@ mod process;
 mod programs;
 mod serialised;
 mod startup;
+mod symbol_names;
 mod transparency;
 mod vs_valgrind;

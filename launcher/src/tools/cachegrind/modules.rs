@@ -2,7 +2,9 @@
 //! rgrind share the process). Modules are remembered once seen, so code that was unmapped
 //! before the end (dlclose) still symbolises.
 //!
-//! rgrind's own executable is left out: no guest code runs there.
+//! rgrind's own executable and the libraries of its own link map (its libc, the libstdc++ of
+//! `gnu_demangle`) are left out: no guest code runs there, and the guest's copies of the same
+//! files must not take their load bias from them.
 use dumper::ModuleInfo;
 use std::collections::BTreeMap;
 
@@ -81,6 +83,35 @@ pub fn maps_memory(nr: u64) -> bool {
     .contains(&(nr as i64))
 }
 
+/// The address ranges of rgrind's own loaded objects (its link map, not the guest's).
+fn host_objects() -> Ranges {
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        out: *mut libc::c_void,
+    ) -> libc::c_int {
+        // SAFETY: dl_iterate_phdr passes a valid `info` whose `dlpi_phdr` has `dlpi_phnum`
+        // entries, and `out` is the `Ranges` given to it below.
+        unsafe {
+            let info = &*info;
+            let out = &mut *out.cast::<Ranges>();
+            for i in 0..info.dlpi_phnum as usize {
+                let ph = &*info.dlpi_phdr.add(i);
+                if ph.p_type == libc::PT_LOAD {
+                    let s = info.dlpi_addr.wrapping_add(ph.p_vaddr);
+                    out.push((s & !0xfff, s.wrapping_add(ph.p_memsz)));
+                }
+            }
+        }
+        0
+    }
+    let mut out: Ranges = Vec::new();
+    // SAFETY: `each` only reads what dl_iterate_phdr passes and pushes to `out`, which
+    // outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut out as *mut Ranges).cast()) };
+    out
+}
+
 impl Modules {
     /// Whether `addr` lay in a mapping at the last read of the maps, and none has changed
     /// since: a new module there would have been recorded then.
@@ -106,6 +137,7 @@ impl Modules {
             .map(|p| p.to_string_lossy().into_owned());
         let mut changed = false;
         self.known.clear();
+        let host = host_objects();
         // path -> (ranges, start of the mapping at file offset 0)
         let mut now: BTreeMap<&str, (Ranges, Ranges)> = BTreeMap::new();
         for line in maps.lines() {
@@ -130,7 +162,8 @@ impl Modules {
                 self.vdso = Some((s, e));
                 continue;
             }
-            if !path.starts_with('/') || Some(path) == own.as_deref() {
+            let hosts = |&(hs, he): &(u64, u64)| hs <= s && e <= (he + 0xfff) & !0xfff;
+            if !path.starts_with('/') || Some(path) == own.as_deref() || host.iter().any(hosts) {
                 continue;
             }
             let entry = now.entry(path).or_default();
