@@ -2,9 +2,12 @@
 //! handed to the dumper (`dumper::symbols::demangle::set_cxx_demangler`), so C++ function
 //! names read as in Valgrind's files.
 //!
-//! The library is loaded before the guest is: its mapping then does not lie among the
-//! guest's, and `tools::cachegrind::modules` leaves out every object of rgrind's own link
-//! map anyway.
+//! The library is loaded when the first C++ name is demangled (at the end of a cachegrind
+//! run; at the first C++ function translated under callgrind), not at start-up: its
+//! mappings share the address space with the guest's, and the kernel would place them in
+//! holes among the guest's libraries that ASLR sizes differently in every run, changing the
+//! order of the guest's modules and with it the cost of ld.so's `_dl_find_object` from run
+//! to run. `tools::cachegrind::modules` leaves out rgrind's own link map.
 
 /// `__cxa_demangle(mangled, buffer, length, status)` (Itanium C++ ABI).
 type CxaDemangle = unsafe extern "C" fn(
@@ -14,35 +17,35 @@ type CxaDemangle = unsafe extern "C" fn(
     *mut libc::c_int,
 ) -> *mut libc::c_char;
 
-static CXA: std::sync::OnceLock<CxaDemangle> = std::sync::OnceLock::new();
+/// libstdc++'s `__cxa_demangle`, loaded on first use; None without libstdc++.
+fn cxa() -> Option<CxaDemangle> {
+    static CXA: std::sync::OnceLock<Option<CxaDemangle>> = std::sync::OnceLock::new();
+    *CXA.get_or_init(|| {
+        // SAFETY: dlopen and dlsym with NUL-terminated names; the handle is never closed.
+        let f = unsafe {
+            let lib = libc::dlopen(
+                c"libstdc++.so.6".as_ptr(),
+                libc::RTLD_NOW | libc::RTLD_LOCAL,
+            );
+            if lib.is_null() {
+                return None;
+            }
+            libc::dlsym(lib, c"__cxa_demangle".as_ptr())
+        };
+        // SAFETY: libstdc++'s `__cxa_demangle` has the ABI's signature, `CxaDemangle`.
+        (!f.is_null()).then(|| unsafe { core::mem::transmute::<*mut libc::c_void, CxaDemangle>(f) })
+    })
+}
 
-/// Loads libstdc++'s demangler and gives it to the dumper; without libstdc++ the dumper
-/// keeps the `cpp_demangle` crate's text.
+/// Gives GNU's demangler to the dumper (loaded on first use; without libstdc++ the dumper
+/// falls back to the `cpp_demangle` crate's text).
 pub fn install() {
-    // SAFETY: dlopen and dlsym with NUL-terminated names; the handle is never closed.
-    let f = unsafe {
-        let lib = libc::dlopen(
-            c"libstdc++.so.6".as_ptr(),
-            libc::RTLD_NOW | libc::RTLD_LOCAL,
-        );
-        if lib.is_null() {
-            return;
-        }
-        libc::dlsym(lib, c"__cxa_demangle".as_ptr())
-    };
-    if f.is_null() {
-        return;
-    }
-    // SAFETY: libstdc++'s `__cxa_demangle` has the ABI's signature, `CxaDemangle`.
-    let f = unsafe { core::mem::transmute::<*mut libc::c_void, CxaDemangle>(f) };
-    if CXA.set(f).is_ok() {
-        dumper::symbols::demangle::set_cxx_demangler(demangle);
-    }
+    dumper::symbols::demangle::set_cxx_demangler(demangle);
 }
 
 /// `name` demangled by GNU's demangler; None when it refuses the name.
 fn demangle(name: &str) -> Option<String> {
-    let f = *CXA.get()?;
+    let f = cxa()?;
     let c = std::ffi::CString::new(name).ok()?;
     let mut status: libc::c_int = 0;
     // SAFETY: a NUL-terminated name, no buffer (the demangler mallocs its result), a valid
