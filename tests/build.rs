@@ -75,6 +75,8 @@ const GUESTS: &[Guest] = &[
     g("farphdr", "farphdr.c", &[]),
     g("libfarwork.so", "farwork.c", &["-shared", "-fPIC"]),
     g("cxxnames", "cxxnames.cpp", &[]),
+    g("persona", "persona.c", &[]),
+    g("addrloop", "addrloop.c", &[]),
     g("names-legacy", "names.rs", &[]),
     g(
         "names-v0",

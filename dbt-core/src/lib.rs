@@ -25,6 +25,7 @@ pub mod dispatch;
 pub mod fast_hash;
 pub mod guest_mem;
 pub mod instrument;
+pub mod layout;
 pub mod loader;
 pub mod pattern;
 pub mod perfmap;

@@ -36,10 +36,15 @@ fn main() {
         }
     }
     let (defaults, warnings) = cli::default_options();
+    let parsed = cli::parse(&defaults, &args);
+    if matches!(&parsed, Ok(Command::Run(s)) if s.tool != ToolName::None) {
+        // May run rgrind again (before anything is printed) with a fixed layout.
+        dbt_core::layout::fix();
+    }
     for w in warnings {
         eprintln!("rgrind: warning: {w}");
     }
-    let settings = match cli::parse(&defaults, &args) {
+    let settings = match parsed {
         Ok(Command::Run(s)) => s,
         Ok(Command::Help) => {
             print!("{}", cli::usage());

@@ -51,6 +51,8 @@ enum Disposition {
     SigReturn,
     /// rt_sigprocmask: rgrind's private signal stays unblocked.
     Mask,
+    /// personality: the persona bit of rgrind's fixed layout stays hidden (`crate::layout`).
+    Personality,
 }
 
 fn disposition(nr: u64) -> Disposition {
@@ -68,6 +70,7 @@ fn disposition(nr: u64) -> Disposition {
         libc::SYS_rt_sigaction | libc::SYS_sigaltstack => Signal,
         libc::SYS_rt_sigreturn => SigReturn,
         libc::SYS_rt_sigprocmask => Mask,
+        libc::SYS_personality => Personality,
         _ => Pass,
     }
 }
@@ -160,6 +163,7 @@ pub fn handle(ctx: &mut ThreadContext) -> bool {
         Disposition::ProcSelf => proc_self(nr, args),
         Disposition::Clone => clone(ctx, nr, args),
         Disposition::Exec => exec(ctx, nr, args),
+        Disposition::Personality => crate::layout::guest_personality(args[0]),
         Disposition::NoSys => -ENOSYS,
         Disposition::Signal => match nr as i64 {
             libc::SYS_rt_sigaction => crate::signal::sigaction(args[0], args[1], args[2], args[3]),
@@ -458,6 +462,7 @@ enum ProcFile {
     Exe,
     Auxv,
     Cmdline,
+    Personality,
 }
 
 fn proc_self_file(path: &CStr) -> Option<ProcFile> {
@@ -470,6 +475,7 @@ fn proc_self_file(path: &CStr) -> Option<ProcFile> {
         b"exe" => Some(ProcFile::Exe),
         b"auxv" => Some(ProcFile::Auxv),
         b"cmdline" => Some(ProcFile::Cmdline),
+        b"personality" => Some(ProcFile::Personality),
         _ => None,
     }
 }
@@ -514,6 +520,10 @@ fn proc_self(nr: u64, a: [u64; 6]) -> i64 {
                 }
                 ProcFile::Auxv => memfd_with(&c.process.auxv),
                 ProcFile::Cmdline => memfd_with(&c.process.cmdline),
+                ProcFile::Personality => {
+                    let p = crate::layout::guest_personality(0xffff_ffff);
+                    memfd_with(format!("{:08x}\n", p.max(0)).as_bytes())
+                }
             }
         }
     }
@@ -693,7 +703,10 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     if nr as i64 == libc::SYS_execveat && a[4] != 0 {
         // execveat with flags (AT_EMPTY_PATH...) is passed as is.
         finish(FiniReason::Exec);
-        return pass(nr, a);
+        let persona = crate::layout::before_exec();
+        let r = pass(nr, a);
+        crate::layout::after_failed_exec(persona);
+        return r;
     }
     // The profile is written before the image is replaced, as Valgrind does.
     finish(FiniReason::Exec);
@@ -704,10 +717,12 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
             .as_ref()
             .map_or(envp, |(_, ptrs)| ptrs.as_ptr() as u64);
         let host_mask = crate::signal::exact_mask_for_exec(ctx);
+        let persona = crate::layout::before_exec();
         let r = pass(
             libc::SYS_execve as u64,
             [path.as_ptr() as u64, argv, envp, 0, 0, 0],
         );
+        crate::layout::after_failed_exec(persona);
         crate::signal::restore_mask(host_mask);
         return r;
     }
@@ -727,10 +742,14 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     if unsafe { libc::access(path.as_ptr(), libc::X_OK) } != 0 {
         return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(2));
     }
-    pass(
+    // The new rgrind fixes the layout again (`crate::layout::fix`).
+    let persona = crate::layout::before_exec();
+    let r = pass(
         libc::SYS_execve as u64,
         [exe.as_ptr() as u64, ptrs.as_ptr() as u64, envp, 0, 0, 0],
-    )
+    );
+    crate::layout::after_failed_exec(persona);
+    r
 }
 
 /// The guest environment at `envp` with `preload` taken out of `LD_PRELOAD` (the variable is

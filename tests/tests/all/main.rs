@@ -17,6 +17,7 @@ mod exit;
 mod guest_env;
 mod harness;
 mod helpers;
+mod layout;
 mod loader;
 mod memory;
 mod options;
