@@ -4,10 +4,11 @@
 //!
 //! The library is loaded when the first C++ name is demangled (at the end of a cachegrind
 //! run; at the first C++ function translated under callgrind), not at start-up: its
-//! mappings share the address space with the guest's, and the kernel would place them in
-//! holes among the guest's libraries that ASLR sizes differently in every run, changing the
-//! order of the guest's modules and with it the cost of ld.so's `_dl_find_object` from run
-//! to run. `tools::cachegrind::modules` leaves out rgrind's own link map.
+//! mappings share the address space with the guest's, so a C program's layout stays as it
+//! was, and where randomisation stays on (`dbt_core::layout`) they would land in holes among
+//! the guest's libraries sized differently in every run, changing the order of the guest's
+//! modules and with it the cost of ld.so's `_dl_find_object`. `tools::cachegrind::modules`
+//! leaves out rgrind's own link map.
 
 /// `__cxa_demangle(mangled, buffer, length, status)` (Itanium C++ ABI).
 type CxaDemangle = unsafe extern "C" fn(

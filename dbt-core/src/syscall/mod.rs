@@ -703,10 +703,7 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     if nr as i64 == libc::SYS_execveat && a[4] != 0 {
         // execveat with flags (AT_EMPTY_PATH...) is passed as is.
         finish(FiniReason::Exec);
-        let persona = crate::layout::before_exec();
-        let r = pass(nr, a);
-        crate::layout::after_failed_exec(persona);
-        return r;
+        return pass_exec(nr, a);
     }
     // The profile is written before the image is replaced, as Valgrind does.
     finish(FiniReason::Exec);
@@ -717,12 +714,10 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
             .as_ref()
             .map_or(envp, |(_, ptrs)| ptrs.as_ptr() as u64);
         let host_mask = crate::signal::exact_mask_for_exec(ctx);
-        let persona = crate::layout::before_exec();
-        let r = pass(
+        let r = pass_exec(
             libc::SYS_execve as u64,
             [path.as_ptr() as u64, argv, envp, 0, 0, 0],
         );
-        crate::layout::after_failed_exec(persona);
         crate::signal::restore_mask(host_mask);
         return r;
     }
@@ -743,11 +738,17 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
         return -i64::from(std::io::Error::last_os_error().raw_os_error().unwrap_or(2));
     }
     // The new rgrind fixes the layout again (`crate::layout::fix`).
-    let persona = crate::layout::before_exec();
-    let r = pass(
+    pass_exec(
         libc::SYS_execve as u64,
         [exe.as_ptr() as u64, ptrs.as_ptr() as u64, envp, 0, 0, 0],
-    );
+    )
+}
+
+/// Passes an `execve`/`execveat` to the kernel without rgrind's layout persona (put back
+/// if the call returns: the guest goes on here).
+fn pass_exec(nr: u64, args: [u64; 6]) -> i64 {
+    let persona = crate::layout::before_exec();
+    let r = pass(nr, args);
     crate::layout::after_failed_exec(persona);
     r
 }
