@@ -70,10 +70,10 @@ pub fn handle(ctx: &mut ThreadContext, core: &mut Core) {
         RUNNING_ON_VALGRIND => ctx.gpr[reg::RDX] = 1,
         DISCARD_TRANSLATIONS => {
             let start = args[1];
-            if core.cache.invalidate(start, start.saturating_add(args[2])) > 0 {
-                // Every thread's table: another thread would keep running the old code.
-                crate::thread::for_each_context(|t| t.clear_ibl());
-            }
+            // Every thread's table: another thread would keep running the old code.
+            crate::thread::forget_translations(
+                &core.cache.invalidate(start, start.saturating_add(args[2])),
+            );
             ctx.gpr[reg::RDX] = 0;
         }
         _ => {
@@ -82,8 +82,7 @@ pub fn handle(ctx: &mut ThreadContext, core: &mut Core) {
                 ctx.gpr[reg::RDX] = v;
             }
             if reply.discard_translations {
-                core.cache.invalidate(0, u64::MAX);
-                crate::thread::for_each_context(|t| t.clear_ibl());
+                crate::thread::forget_translations(&core.cache.invalidate(0, u64::MAX));
             }
         }
     }

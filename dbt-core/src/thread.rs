@@ -65,6 +65,18 @@ pub fn for_each_context(mut f: impl FnMut(&mut ThreadContext)) {
     }
 }
 
+/// Takes discarded translations (their guest starts) out of every thread's IBL table; a
+/// long list empties the tables instead. Entry by entry, because a JIT's code patching
+/// discards a block or two at a time, and emptying 20 threads' 64 Ki-entry tables each
+/// time (20 MB of stores) took 14% of a JVM's run.
+pub fn forget_translations(guests: &[u64]) {
+    if guests.len() > crate::context::IBL_ENTRIES / 16 {
+        for_each_context(|t| t.clear_ibl());
+    } else if !guests.is_empty() {
+        for_each_context(|t| guests.iter().for_each(|&g| t.ibl_forget(g)));
+    }
+}
+
 fn gettid() -> u64 {
     // SAFETY: gettid has no arguments and cannot fail.
     unsafe { raw::syscall6(libc::SYS_gettid as u64, [0; 6]) as u64 }

@@ -256,7 +256,7 @@ impl CodeCache {
 
     /// Forgets every translation whose guest code overlaps `[start, end)`; returns how many.
     /// Chained predecessors are unlinked so they exit to the dispatcher instead.
-    pub fn invalidate(&mut self, start: u64, end: u64) -> usize {
+    pub fn invalidate(&mut self, start: u64, end: u64) -> Vec<u64> {
         let lo = start.saturating_sub(self.max_guest_len);
         let victims: Vec<u64> = self
             .by_start
@@ -267,7 +267,7 @@ impl CodeCache {
         for &g in &victims {
             self.discard(g);
         }
-        victims.len()
+        victims
     }
 
     /// Forgets the translation of the block starting at `guest` (if any) so that the next

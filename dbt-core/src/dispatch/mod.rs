@@ -179,9 +179,9 @@ pub fn run_thread(ctx: &mut ThreadContext) {
                     .blocks
                     .get(&rec.target)
                     .map_or(rec.target + 1, |b| b.guest_end);
-                c.cache.invalidate(rec.target, end);
+                let gone = c.cache.invalidate(rec.target, end);
                 drop(c);
-                crate::thread::for_each_context(|t| t.clear_ibl());
+                crate::thread::forget_translations(&gone);
             }
             ExitKind::Trap { signal, next } => {
                 ctx.rip = rec.target;

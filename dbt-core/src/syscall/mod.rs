@@ -277,9 +277,7 @@ fn memory_change(nr: u64, a: [u64; 6]) -> i64 {
                 c.process
                     .set_writable(start, start + size, a[2] as i32 & libc::SHM_RDONLY == 0);
                 c.process.shm_segments.insert(start, size);
-                if c.cache.invalidate(start, start + size) > 0 {
-                    clear_ibl_all();
-                }
+                crate::thread::forget_translations(&c.cache.invalidate(start, start + size));
             }
             r
         }
@@ -289,9 +287,7 @@ fn memory_change(nr: u64, a: [u64; 6]) -> i64 {
                 if let Some(size) = c.process.shm_segments.remove(&a[0]) {
                     c.process.mappings.remove(a[0], a[0] + size);
                     c.process.set_writable(a[0], a[0] + size, false);
-                    if c.cache.invalidate(a[0], a[0] + size) > 0 {
-                        clear_ibl_all();
-                    }
+                    crate::thread::forget_translations(&c.cache.invalidate(a[0], a[0] + size));
                 }
             }
             r
@@ -312,8 +308,8 @@ fn memory_change(nr: u64, a: [u64; 6]) -> i64 {
                 c.process.mappings.insert(start, end);
                 c.process
                     .set_writable(start, end, a[2] as i32 & libc::PROT_WRITE != 0);
-                if fixed && c.cache.invalidate(start, end) > 0 {
-                    clear_ibl_all();
+                if fixed {
+                    crate::thread::forget_translations(&c.cache.invalidate(start, end));
                 }
             }
             r
@@ -345,9 +341,7 @@ fn memory_change(nr: u64, a: [u64; 6]) -> i64 {
                 }
                 // Unmapped, no longer executable, or newly writable: translations made from
                 // this range are stale or would miss the checks writable code gets.
-                if c.cache.invalidate(addr, addr + len) > 0 {
-                    clear_ibl_all();
-                }
+                crate::thread::forget_translations(&c.cache.invalidate(addr, addr + len));
             }
             r
         }
@@ -370,18 +364,11 @@ fn memory_change(nr: u64, a: [u64; 6]) -> i64 {
                 c.process.mappings.insert(r as u64, r as u64 + new_len);
                 c.process
                     .set_writable(r as u64, r as u64 + new_len, was_writable);
-                if c.cache.invalidate(old, old + old_len) > 0 {
-                    clear_ibl_all();
-                }
+                crate::thread::forget_translations(&c.cache.invalidate(old, old + old_len));
             }
             r
         }
     }
-}
-
-/// Empties the IBL table of every guest thread (translations were discarded).
-fn clear_ibl_all() {
-    crate::thread::for_each_context(|ctx| ctx.clear_ibl());
 }
 
 const ARCH_SET_GS: u64 = 0x1001;
