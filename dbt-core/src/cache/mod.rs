@@ -19,6 +19,8 @@ const CHUNK_SIZE: u64 = 64 << 20;
 /// How far a chunk may be from the guest code it serves: a module up to 512 MiB keeps every
 /// RIP-relative operand within rel32 reach.
 const NEAR: u64 = 1536 << 20;
+/// Guest addresses are grouped in windows of this size for [`CodeCache::no_room_near`].
+const WINDOW_SHIFT: u32 = 26;
 
 struct Chunk {
     base: u64,
@@ -92,7 +94,7 @@ pub struct LoopOwed {
 #[derive(Default)]
 pub struct CodeCache {
     chunks: Vec<Chunk>,
-    /// Guest windows (`guest >> 26`) near which no chunk could be mapped: the search is up
+    /// Guest windows (`guest >> WINDOW_SHIFT`) near which no chunk could be mapped: the search is up
     /// to 48 failing `mmap` calls, not to be repeated for every block there.
     no_room_near: crate::fast_hash::FastSet<u64>,
     pub blocks: FastMap<u64, Block>,
@@ -121,7 +123,7 @@ impl CodeCache {
         {
             return Some(c.used);
         }
-        let window = guest >> 26;
+        let window = guest >> WINDOW_SHIFT;
         if !self.no_room_near.contains(&window) {
             if let Some(base) = map_chunk_near(guest) {
                 self.chunks.push(Chunk {
