@@ -63,6 +63,7 @@ const GUESTS: &[Guest] = &[
     g("jitdiscard", "jitdiscard.c", &["-pthread"]),
     g("forkthreads", "forkthreads.c", &["-pthread"]),
     g("spin", "spin.c", &[]),
+    g("alarmspin", "alarmspin.c", &[]),
     g("vecstate", "vecstate.c", &[]),
     g("cpuview", "cpuview.c", &[]),
     g("execmask", "execmask.c", &[]),

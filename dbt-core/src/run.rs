@@ -162,6 +162,7 @@ pub fn start(
                 opts.max_block_insns
             },
             trace_blocks: opts.trace_blocks,
+            line_entries: std::env::var_os("RGRIND_NO_LINE_ENTRIES").is_none(),
         },
         chaining: opts.chaining && !opts.single_step,
         process: Process {

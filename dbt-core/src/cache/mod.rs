@@ -60,6 +60,32 @@ pub struct ExitRecord {
     pub stub: u64,
     /// Guest start of the block the exit belongs to.
     pub from_block: u64,
+    /// The lines the block's last fetch check before the exit left most recently used
+    /// (`Block::line_entry`).
+    pub fetched: Option<FetchedLines>,
+}
+
+/// Lines of a simulated cache that a fetch check leaves in its sets' most-recently-used way,
+/// with nothing after it touching that cache: a fetch of any of them from there on is an MRU
+/// hit, which changes no cache state and counts nothing, so its check may be skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FetchedLines {
+    /// The cache's tag array (its identity).
+    pub tags: u64,
+    pub line_bits: u32,
+    /// First and last line (equal, or consecutive for a fetch across two lines).
+    pub first: u64,
+    pub last: u64,
+}
+
+impl FetchedLines {
+    /// Whether a fetch of `other` (one line) right after this one is an MRU hit.
+    pub fn covers(&self, other: &FetchedLines) -> bool {
+        self.tags == other.tags
+            && self.line_bits == other.line_bits
+            && other.first == other.last
+            && (other.first == self.first || other.first == self.last)
+    }
 }
 
 pub struct Block {
@@ -79,6 +105,10 @@ pub struct Block {
     /// A callgrind self-loop whose later copies defer their charges (`Plan::loop_lite`):
     /// the inline state and the block's Ir; a fault in copy `k` owes `k` executions.
     pub loop_owed: Option<LoopOwed>,
+    /// A second entry past the block's first fetch check (of one line), for direct exits
+    /// whose own last fetch check left that line most recently used
+    /// (`ExitRecord::fetched`): Cachegrind's fall-throughs and short branches within a line.
+    pub line_entry: Option<(u64, FetchedLines)>,
 }
 
 /// See [`Block::loop_owed`].
@@ -102,6 +132,9 @@ pub struct CodeCache {
     by_start: BTreeMap<u64, u64>,
     /// Translations ordered by host start (host start -> guest start), for mapping a host pc.
     by_host: BTreeMap<u64, u64>,
+    /// Line entries (`Block::line_entry`) -> guest start: also block starts for a thread
+    /// stepping towards one (a loop chained to its own line entry never passes its start).
+    line_entries: FastMap<u64, u64>,
     /// Discarded translations by host start: a thread may still be running one (the block
     /// that asked for its own retranslation, or one reached through a stale table entry),
     /// and a fault or signal there must still map to its guest instruction.
@@ -176,6 +209,9 @@ impl CodeCache {
         self.max_guest_len = self.max_guest_len.max(block.guest_end - block.guest_start);
         self.by_start.insert(block.guest_start, block.host);
         self.by_host.insert(block.host, block.guest_start);
+        if let Some((alt, _)) = block.line_entry {
+            self.line_entries.insert(alt, block.guest_start);
+        }
         self.blocks.insert(block.guest_start, block);
     }
 
@@ -217,10 +253,12 @@ impl CodeCache {
         (copy > 0).then_some((owed, copy))
     }
 
-    /// The guest start of the block whose translation begins exactly at `pc`.
+    /// The guest start of the block whose translation begins, or has its line entry,
+    /// exactly at `pc` (the guest state there is the block's start either way).
     pub fn block_start_at(&self, pc: u64) -> Option<u64> {
         self.by_host
             .get(&pc)
+            .or_else(|| self.line_entries.get(&pc))
             .copied()
             .or_else(|| self.retired.get(&pc).map(|b| b.guest_start))
     }
@@ -230,12 +268,20 @@ impl CodeCache {
         (self.exits.len() - 1) as u32
     }
 
-    /// Chains exit `id` to the translation at `target_host` if a rel32 reaches it.
+    /// Chains exit `id` to the translation at `target_host` if a rel32 reaches it: to its
+    /// line entry (`Block::line_entry`) when the exit's block left that line fetched.
     pub fn chain(&mut self, id: u32, target_guest: u64, target_host: u64) -> bool {
         let rec = self.exits[id as usize];
         if rec.patch_site == 0 {
             return false;
         }
+        let target_host = match (rec.fetched, self.blocks.get(&target_guest)) {
+            (Some(fetched), Some(b)) if b.host == target_host => match b.line_entry {
+                Some((alt, entry)) if fetched.covers(&entry) => alt,
+                _ => target_host,
+            },
+            _ => target_host,
+        };
         let rel = target_host as i64 - (rec.patch_site as i64 + 4);
         let Ok(rel32) = i32::try_from(rel) else {
             return false;
@@ -280,6 +326,9 @@ impl CodeCache {
             return false;
         };
         self.by_host.remove(&b.host);
+        if let Some((alt, _)) = b.line_entry {
+            self.line_entries.remove(&alt);
+        }
         for id in std::mem::take(&mut b.incoming) {
             self.unchain(id);
         }
@@ -374,6 +423,7 @@ mod tests {
             insn_starts: vec![(0, guest), (5, guest + 3)],
             flags_stashed: vec![1],
             loop_owed: None,
+            line_entry: None,
             guest_start: guest,
             guest_end: guest + 6,
             host,
@@ -417,11 +467,63 @@ mod tests {
             patch_site: patch,
             stub: patch + 64,
             from_block: 0x1000,
+            fetched: None,
         });
         // The chained target's address only has to be within rel32 reach of the site.
         assert!(c.chain(id, 0x2000, patch + 0x100));
         assert_eq!(site[0], 0x100 - 4);
         c.invalidate(0x2000, 0x2001);
         assert_eq!(site[0], 60, "back to the exit's own stub");
+    }
+
+    #[test]
+    fn an_exit_that_left_the_targets_first_line_fetched_chains_past_its_check() {
+        let lines = |first, last| FetchedLines {
+            tags: 0x4000,
+            line_bits: 6,
+            first,
+            last,
+        };
+        let mut site = [0i32; 5];
+        let base = site.as_mut_ptr() as u64;
+        // Within rel32 reach of the sites: only the distances matter.
+        let (host, alt) = (base + 0x1000, base + 0x1020);
+        let mut c = CodeCache::default();
+        let mut target = block(0x2000, host);
+        target.line_entry = Some((alt, lines(0x80, 0x80)));
+        c.insert_block(target);
+        let elsewhere = FetchedLines {
+            tags: 0x5000,
+            ..lines(0x80, 0x80)
+        };
+        let fetched = [
+            Some(lines(0x80, 0x80)),
+            Some(lines(0x7f, 0x80)),
+            Some(lines(0x81, 0x81)),
+            None,
+            Some(elsewhere),
+        ];
+        for (k, fetched) in fetched.into_iter().enumerate() {
+            let id = c.add_exit(ExitRecord {
+                kind: ExitKind::Direct,
+                target: 0x2000,
+                patch_site: base + 4 * k as u64,
+                stub: base + 64,
+                from_block: 0x1000,
+                fetched,
+            });
+            assert!(c.chain(id, 0x2000, host));
+        }
+        let to = |k: u64| (i64::from(site[k as usize]) + (base + 4 * k + 4) as i64) as u64;
+        assert_eq!(to(0), alt, "the same line");
+        assert_eq!(to(1), alt, "the second line of a fetch across two");
+        assert_eq!(to(2), host, "another line: the full entry");
+        assert_eq!(to(3), host, "nothing fetched: the full entry");
+        assert_eq!(to(4), host, "another cache's line");
+        // A thread stepping towards a block start stops at either entry.
+        assert_eq!(c.block_start_at(alt), Some(0x2000));
+        c.discard(0x2000);
+        assert_eq!(c.block_start_at(alt), None);
+        assert_eq!(c.block_start_at(host), Some(0x2000), "retired");
     }
 }

@@ -29,6 +29,7 @@
 use super::calltrack::{EXIT_OTHER, EXIT_RET};
 use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, LlHitCount, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
+use crate::cache::FetchedLines;
 use crate::context::*;
 use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
 use iced_x86::{
@@ -221,6 +222,15 @@ pub(crate) struct Plan {
     /// flag-transparent instructions up to the next check instead of putting them back and
     /// saving them again (`Plan::flags_hold`). They go back before anything else.
     stashed: bool,
+    /// The op emitted first, before instruction 0's other ops: a fetch check of one line
+    /// with only block counting before it in the tool's order, after which the block gets a
+    /// second entry (`cache::Block::line_entry`).
+    entry_fetch: Option<usize>,
+    /// That entry's offset and the line its check skips.
+    line_entry: Option<(usize, FetchedLines)>,
+    /// The lines the last fetch check emitted so far left most recently used, while no op
+    /// after it may have touched that cache (`cache::ExitRecord::fetched`).
+    fetched: Option<FetchedLines>,
 }
 
 // SAFETY: see `Op`: the pointers are addresses embedded in code, not dereferenced here.
@@ -235,6 +245,17 @@ impl Plan {
     ) -> Plan {
         let n = view.insns.len();
         let count_at = (0..n).find(|&i| !live[i]).unwrap_or(0);
+        let entry_fetch = ins
+            .ops
+            .iter()
+            .position(|o| !matches!(o, Op::CountBlock(_) | Op::Rep { .. }))
+            .filter(|&k| match (&ins.ops[k], view.insns.first()) {
+                (&Op::Fetch { insn: 0, cache, .. }, Some(v)) => {
+                    let l = fetched_lines(cache, v.addr, v.len);
+                    l.first == l.last
+                }
+                _ => false,
+            });
         Plan {
             ops: ins.ops,
             live,
@@ -257,6 +278,9 @@ impl Plan {
             dead,
             transparent: super::flags_transparent(view),
             stashed: false,
+            entry_fetch,
+            line_entry: None,
+            fetched: None,
         }
     }
 
@@ -274,7 +298,22 @@ impl Plan {
             dead: Vec::new(),
             transparent: Vec::new(),
             stashed: false,
+            entry_fetch: None,
+            line_entry: None,
+            fetched: None,
         }
+    }
+
+    /// The block's second entry past its first fetch check (offset from the start of the
+    /// code, and the line), once instruction 0 is emitted.
+    pub(crate) fn line_entry(&self) -> Option<(usize, FetchedLines)> {
+        self.line_entry
+    }
+
+    /// What the last fetch check emitted so far left most recently used
+    /// (`cache::ExitRecord::fetched`), for an exit emitted now.
+    pub(crate) fn fetched(&self) -> Option<FetchedLines> {
+        self.fetched
     }
 
     /// Whether the guest instruction emitted next (after `emit_before`) runs with the guest's
@@ -468,9 +507,36 @@ impl Plan {
         if self.stashed && !self.may_hold_through(i) {
             self.unstash(a, i);
         }
+        let first = self.entry_fetch.filter(|_| i == 0);
+        if let Some(k) = first {
+            if let Op::Fetch {
+                cache,
+                helper,
+                after_miss,
+                ..
+            } = self.ops[k]
+            {
+                self.fetch(a, i, cache, helper, after_miss);
+                self.line_entry = self.fetched.map(|l| (a.offset().0, l));
+            }
+        }
         // Whether the previous op left its registers and flags saved for this one.
         let mut chained = false;
         for k in 0..self.ops.len() {
+            if Some(k) == first {
+                continue;
+            }
+            if self.applies_at(&self.ops[k], i) {
+                // What may touch the fetched lines' cache forgets them (a fetch check sets
+                // them anew); a tool's plain helper calls must leave its caches alone.
+                self.fetched = self.fetched.filter(|f| match self.ops[k] {
+                    Op::Data { cache, .. } => cache.tags != f.tags,
+                    Op::CountBlock(_) | Op::Rep { .. } | Op::Call { .. } | Op::Fetch { .. } => true,
+                    Op::RepBranch { .. }
+                    | Op::CallFallback { .. }
+                    | Op::CallFallbackInline { .. } => false,
+                });
+            }
             match self.ops[k] {
                 Op::CountBlock(ctr) if i == self.count_at => {
                     let ctr = self.counter_override.unwrap_or(ctr);
@@ -855,6 +921,7 @@ impl Plan {
         after_miss: Option<AfterMiss>,
     ) {
         let f = &self.facts[i];
+        self.fetched = Some(fetched_lines(cache, f.addr, f.len));
         let (addr, len) = (f.addr, u64::from(f.len.max(1)));
         let line = addr >> cache.line_bits;
         let entry = a.new_dynamic_label();
@@ -3240,6 +3307,17 @@ fn is_prefix(b: u8) -> bool {
 }
 
 /// `lahf; seto al; mov gs:[instr_flags], rax` (rax already saved).
+/// The lines a fetch of `len` bytes at `addr` touches in `cache`.
+fn fetched_lines(cache: MruCache, addr: u64, len: u32) -> FetchedLines {
+    let last = addr + u64::from(len.max(1)) - 1;
+    FetchedLines {
+        tags: cache.tags,
+        line_bits: cache.line_bits,
+        first: addr >> cache.line_bits,
+        last: last >> cache.line_bits,
+    }
+}
+
 fn save_flags(a: &mut Asm) {
     a.extend([0x9f, 0x0f, 0x90, 0xc0]);
     dynasm!(a ; .arch x64 ; gs mov QWORD [FLAGS], rax);

@@ -301,6 +301,13 @@ impl Instrumenter {
 
     /// Checks the fetch of instruction `insn` against the MRU way of `cache` inline and calls
     /// `helper(arg0, addr, len)` when it is not an MRU hit.
+    ///
+    /// A block whose first request (after `count_block`) is the fetch check of instruction 0
+    /// within one line gets a second entry past that check, which direct branches whose own
+    /// last fetch left the line most recently used are chained to: a fetch of it there is an
+    /// MRU hit, which changes and counts nothing (as Cachegrind, which charges the hit only
+    /// as an Ir). So the helper (and an `after_miss` one) may only be relied on to run for
+    /// fetches that are not MRU hits.
     pub fn fetch_check(&mut self, insn: usize, cache: MruCache, helper: Helper) {
         self.ops.push(Op::Fetch {
             insn,
@@ -427,7 +434,10 @@ impl Instrumenter {
         });
     }
 
-    /// Calls `helper(arg0, arg1, arg2)` just before instruction `insn` runs.
+    /// Calls `helper(arg0, arg1, arg2)` just before instruction `insn` runs. The helper
+    /// must not change the caches whose most-recently-used ways fetch checks test: an entry
+    /// may skip a fetch check that an earlier fetch of the same line makes a hit
+    /// (`cache::Block::line_entry`).
     pub fn call(&mut self, insn: usize, helper: Helper, arg1: CallArg, arg2: u64) {
         self.ops.push(Op::Call {
             insn,

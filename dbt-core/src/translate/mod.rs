@@ -14,7 +14,7 @@
 //!
 //! Deliberately absent: instrumentation (tools add it through `crate::tool`), block chasing
 //! across direct jumps.
-use crate::cache::{Block, CodeCache, ExitKind, ExitRecord};
+use crate::cache::{Block, CodeCache, ExitKind, ExitRecord, FetchedLines};
 use crate::context::*;
 use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
 use iced_x86::{
@@ -39,6 +39,9 @@ const READ_MARGIN: u64 = 32;
 pub struct TranslateOptions {
     pub max_insns: usize,
     pub trace_blocks: bool,
+    /// Whether blocks get a line entry (`Block::line_entry`); off for checks that it
+    /// changes no count (`RGRIND_NO_LINE_ENTRIES`).
+    pub line_entries: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -231,6 +234,7 @@ struct PendingExit {
     patch_off: Option<usize>,
     /// Offset of the exit's stub (set by `stubs`).
     stub_off: usize,
+    fetched: Option<FetchedLines>,
 }
 
 struct Emitter {
@@ -238,6 +242,9 @@ struct Emitter {
     host: u64,
     exits: Vec<PendingExit>,
     first_exit_id: u32,
+    /// What the instrumentation's last fetch check left fetched (`Plan::fetched`), for the
+    /// exits emitted next.
+    fetched: Option<FetchedLines>,
 }
 
 const S0: i32 = scratch_off(0);
@@ -264,6 +271,7 @@ impl Emitter {
             label,
             patch_off: None,
             stub_off: 0,
+            fetched: self.fetched,
         });
         label
     }
@@ -668,6 +676,7 @@ pub fn translate(
         host,
         exits: Vec::new(),
         first_exit_id: cache.exits.len() as u32,
+        fetched: None,
     };
     let internal = |what: String| TranslateError::Internal { addr: guest, what };
     let mut guest_end = guest;
@@ -710,6 +719,7 @@ pub fn translate(
             };
             crate::perfmap::mark(em.off(), "body");
             plan.emit_before(&mut em.ops, host, i).map_err(failed)?;
+            em.fetched = plan.fetched();
             if plan.flags_stashed() {
                 flags_stashed.push(insn_starts.len() as u32 - 1);
             }
@@ -766,6 +776,7 @@ pub fn translate(
             patch_site: e.patch_off.map_or(0, |o| host + o as u64),
             stub: host + e.stub_off as u64,
             from_block: guest,
+            fetched: e.fetched,
         });
         debug_assert_eq!(id, em.first_exit_id + i as u32);
         exit_ids.push(id);
@@ -786,6 +797,11 @@ pub fn translate(
         host_len: len - IBL_ENTRY_OFFSET,
         exits: exit_ids,
         incoming: Vec::new(),
+        // Not past an entry check of self-modifying code, nor into a copy of a loop.
+        line_entry: plan
+            .line_entry()
+            .filter(|_| opts.line_entries && !smc && copies == 1)
+            .map(|(off, lines)| (host + off as u64, lines)),
         loop_owed: lite.then(|| plan.loop_owed()).flatten().map(|(state, ir)| {
             crate::cache::LoopOwed {
                 state,

@@ -302,3 +302,52 @@ fn library_with_program_headers_at_its_end_is_symbolised() {
         "far_work or its object missing:\n{text}"
     );
 }
+
+/// Under cache simulation a branch whose block's last fetch left its target's first line
+/// most recently used is chained past the target's first fetch check (`Block::line_entry`):
+/// a loop within one line runs from its own line entry and never passes its block start. A
+/// signal (a timer) and a time slice (another thread) must still reach such a loop: a thread
+/// stepping towards a block start has to accept the line entry as one (before that, both
+/// guests hung under cachegrind).
+#[test]
+fn loops_chained_past_their_fetch_check_take_signals_and_time_slices() {
+    for guest in ["alarmspin", "spin"] {
+        same_as_native_under_simulation(&Cmd::guest(guest), &[&[]]);
+    }
+}
+
+/// The line entries change no count: profiles with and without them
+/// (`RGRIND_NO_LINE_ENTRIES`, against a variable of the same length so that the guest's stack
+/// lies where it did) are the same, line by line, under several geometries (a direct-mapped
+/// I1 of 16 lines misses often, so a skipped check that was not a hit would show).
+#[test]
+fn line_entries_change_no_count() {
+    let geometries: [&[&str]; 3] = [
+        &[],
+        &["--I1=1024,1,64", "--D1=2048,2,64", "--LL=65536,4,64"],
+        &["--I1=4096,2,32", "--D1=4096,4,128", "--LL=131072,8,128"],
+    ];
+    for guest in ["insns", "cxx", "branchy"] {
+        for (k, geometry) in geometries.iter().enumerate() {
+            let mut opts = vec!["--cache-sim=yes", "--branch-sim=yes"];
+            opts.extend_from_slice(geometry);
+            let profiles: Vec<String> = ["RGRIND_NO_LINE_ENTRIES", "RGRIND_NO_LINE_ENTRIEX"]
+                .iter()
+                .map(|var| {
+                    let cmd = guest_case(guest).cmd().env_exact(&[(var, "1")]);
+                    let (o, text) = profile_cmd(&cmd, &format!("lineentry.{guest}.{k}"), &opts);
+                    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+                    text.lines()
+                        .filter(|l| !l.starts_with("pid:") && !l.starts_with("cmd:"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .collect();
+            assert!(
+                profiles[0] == profiles[1],
+                "{guest} {geometry:?}: {}",
+                rgrind_tests::first_difference(profiles[0].as_bytes(), profiles[1].as_bytes())
+            );
+        }
+    }
+}
