@@ -153,6 +153,7 @@ pub fn start(
     let exe_path =
         std::fs::canonicalize(&program.exe_path).unwrap_or_else(|_| program.exe_path.clone());
     let _ = exe_path.as_os_str().as_bytes();
+    crate::instrument::map_shared_scans();
     install(Core {
         cache: CodeCache::default(),
         topts: TranslateOptions {
@@ -163,6 +164,7 @@ pub fn start(
             },
             trace_blocks: opts.trace_blocks,
             line_entries: std::env::var_os("RGRIND_NO_LINE_ENTRIES").is_none(),
+            shared_scans: std::env::var_os("RGRIND_NO_SHARED_SCANS").is_none(),
         },
         chaining: opts.chaining && !opts.single_step,
         process: Process {

@@ -353,13 +353,46 @@ static N_CHUNKS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsi
 const MAX_CHUNKS: usize = 1024;
 
 fn publish_chunk(base: u64) {
+    publish_range(base, CHUNK_SIZE);
+}
+
+/// Records `base..base + len` as code cache for `in_code_cache`; false when the table is full.
+fn publish_range(base: u64, len: u64) -> bool {
     use core::sync::atomic::Ordering;
     let n = N_CHUNKS.load(Ordering::Acquire);
-    if n < MAX_CHUNKS {
-        CHUNK_RANGES[2 * n].store(base, Ordering::Relaxed);
-        CHUNK_RANGES[2 * n + 1].store(base + CHUNK_SIZE, Ordering::Relaxed);
-        N_CHUNKS.store(n + 1, Ordering::Release);
+    if n >= MAX_CHUNKS {
+        return false;
     }
+    CHUNK_RANGES[2 * n].store(base, Ordering::Relaxed);
+    CHUNK_RANGES[2 * n + 1].store(base + len, Ordering::Relaxed);
+    N_CHUNKS.store(n + 1, Ordering::Release);
+    true
+}
+
+/// Maps `len` bytes of writable, executable memory for routines that translations share
+/// (`instrument::emit`'s shared scans): it counts as code cache, so a signal arriving there
+/// single-steps on as in translated code. Never unmapped.
+pub fn map_shared_code(len: usize) -> Option<u64> {
+    // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+    let p = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return None;
+    }
+    if !publish_range(p as u64, len as u64) {
+        // SAFETY: the mapping just made, unused.
+        unsafe { libc::munmap(p, len) };
+        return None;
+    }
+    Some(p as u64)
 }
 
 /// Whether `pc` lies in the code cache. Lock-free, async-signal-safe.

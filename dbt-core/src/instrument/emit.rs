@@ -123,6 +123,8 @@ enum SlowKind {
         /// With `near_rows`: the registers where the check left the line of the access's
         /// last byte and the row offset of its first byte's set.
         line_row: Option<(u8, u8)>,
+        /// Whether the scan past way 1 may be a shared routine (`shared_data_scan`).
+        shared: bool,
     },
     /// Callgrind's block-start routine past the short form's first entry (`ShortForm`),
     /// reached with its register borrowed: the short form's second entry, the way on to the
@@ -176,6 +178,8 @@ enum SlowKind {
         flags_dead: bool,
         addr: u64,
         len: u64,
+        /// Whether a single-line scan may be a shared routine (`shared_data_scan`).
+        shared: bool,
     },
 }
 
@@ -231,6 +235,8 @@ pub(crate) struct Plan {
     /// The lines the last fetch check emitted so far left most recently used, while no op
     /// after it may have touched that cache (`cache::ExitRecord::fetched`).
     fetched: Option<FetchedLines>,
+    /// Whether data checks may share their scans (`shared_data_scan`).
+    shared_scans: bool,
 }
 
 // SAFETY: see `Op`: the pointers are addresses embedded in code, not dereferenced here.
@@ -281,6 +287,7 @@ impl Plan {
             entry_fetch,
             line_entry: None,
             fetched: None,
+            shared_scans: false,
         }
     }
 
@@ -301,7 +308,13 @@ impl Plan {
             entry_fetch: None,
             line_entry: None,
             fetched: None,
+            shared_scans: false,
         }
+    }
+
+    /// Lets data checks share their scans past way 1 (`shared_data_scan`).
+    pub(crate) fn share_scans(&mut self, on: bool) {
+        self.shared_scans = on;
     }
 
     /// The block's second entry past its first fetch check (offset from the start of the
@@ -933,6 +946,7 @@ impl Plan {
                 flags_dead: !self.live[i],
                 addr,
                 len,
+                shared: self.shared_scans,
             },
             None => SlowKind::Call {
                 helper,
@@ -1032,6 +1046,7 @@ impl Plan {
                 size,
                 saved,
                 line_row: near_rows(cache).then_some((l, w)),
+                shared: self.shared_scans,
             },
         });
         if saved[0] && !chained {
@@ -2684,6 +2699,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             size,
             saved,
             line_row,
+            shared,
         } => {
             let mut after_miss = after_miss;
             if let (
@@ -2696,7 +2712,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             ) = (after_miss, line_row)
             {
                 data_way1(a, cache, line_row, back);
-                data_scan(a, cache, am, line_row, back);
+                data_scan(a, cache, (am, shared), line_row, back);
                 // Only an access spanning two lines gets past it: the whole access by `helper`.
                 after_miss = None;
             }
@@ -2741,6 +2757,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             flags_dead,
             addr,
             len,
+            shared,
         } => {
             let first = addr >> cache.line_bits;
             let last = (addr + len - 1) >> cache.line_bits;
@@ -2751,6 +2768,32 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             }
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS2], rdx);
             let (call_ll, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
+            // Within one line the LL part of the fetch is that of the line's first byte
+            // (`whole_lines`), which is what the shared routine passes on.
+            let shared = (shared && !straddle && after_miss.whole_lines)
+                .then(|| shared_data_scan(cache, after_miss))
+                .flatten();
+            if let Some(routine) = shared {
+                let row = cache.tags + (first & cache.set_mask) * cache.assoc * 8;
+                dynasm!(a
+                    ; .arch x64
+                    ; mov rcx, QWORD row as i64
+                    ; mov rax, QWORD first as i64
+                    ; mov rdx, QWORD after_miss.helper.arg0 as i64
+                    ; gs mov QWORD [ARG0], rdx
+                    ; lea rdx, [=>restore]
+                    ; gs mov QWORD [HRET], rdx
+                    ; mov rdx, QWORD routine as i64
+                    ; jmp rdx
+                    ; =>restore
+                    ; gs mov rdx, QWORD [IS2]
+                );
+                if !flags_dead {
+                    restore_flags(a);
+                }
+                dynasm!(a ; .arch x64 ; jmp =>back);
+                return Ok(());
+            }
             if straddle {
                 // Both lines in address order, one access: an L1 miss if either
                 // missed (`gs:[IS3]`), then LL for the whole access.
@@ -2788,7 +2831,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             if let (Some(ll), false) = (after_miss.ll_mru, straddle) {
                 let call = a.new_dynamic_label();
                 dynasm!(a ; .arch x64 ; mov rax, QWORD (addr >> ll.line_bits) as i64);
-                ll_mru_hit(a, ll, after_miss, call, restore);
+                ll_mru_hit(a, ll, (after_miss, false), call, restore);
                 dynasm!(a ; .arch x64 ; =>call);
             }
             dynasm!(a
@@ -2905,7 +2948,7 @@ fn data_way1(a: &mut Asm, cache: MruCache, (l, w): (u8, u8), back: DynamicLabel)
 fn data_scan(
     a: &mut Asm,
     cache: MruCache,
-    after_miss: AfterMiss,
+    (after_miss, shared): (AfterMiss, bool),
     (l, w): (u8, u8),
     back: DynamicLabel,
 ) {
@@ -2952,6 +2995,29 @@ fn data_scan(
         ; jne =>straddle
         ; add rcx, cache.tags as i32
     );
+    if let Some(shared) = shared
+        .then(|| shared_data_scan(cache, after_miss))
+        .flatten()
+    {
+        dynasm!(a
+            ; .arch x64
+            ; mov rdx, QWORD after_miss.helper.arg0 as i64
+            ; gs mov QWORD [ARG0], rdx
+            ; lea rdx, [=>ret]
+            ; gs mov QWORD [HRET], rdx
+            ; mov rdx, QWORD shared as i64
+            ; jmp rdx
+            ; =>ret
+        );
+        restore_to(a, true, back);
+        dynasm!(a ; .arch x64 ; =>straddle);
+        for &(r, slot) in &slots {
+            if spare(r) {
+                dynasm!(a ; .arch x64 ; gs mov Rq(r), QWORD [slot]);
+            }
+        }
+        return;
+    }
     l1_scan(a, cache, ret, miss);
     // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
     dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
@@ -2960,7 +3026,7 @@ fn data_scan(
         if ll.line_bits > cache.line_bits {
             dynasm!(a ; .arch x64 ; shr rax, (ll.line_bits - cache.line_bits) as i8);
         }
-        ll_mru_hit(a, ll, after_miss, call, ret);
+        ll_mru_hit(a, ll, (after_miss, false), call, ret);
         dynasm!(a ; .arch x64 ; =>call);
     }
     dynasm!(a
@@ -3032,7 +3098,7 @@ fn data_slow(
                 ; gs mov rax, QWORD [ARG1]
                 ; shr rax, ll.line_bits as i8
             );
-            ll_mru_hit(a, ll, after_miss, call, ret);
+            ll_mru_hit(a, ll, (after_miss, false), call, ret);
             dynasm!(a ; .arch x64 ; =>call);
         }
         helper_call(a, after_miss.helper, size, ret);
@@ -3082,11 +3148,12 @@ fn near_rows(cache: MruCache) -> bool {
 /// After an L1 miss (the flags free, rax = the LL line, rcx and rdx free): if the line is
 /// the MRU tag of its LL set (`AfterMiss::ll_mru`), counts the LL hit as the helper would
 /// (`AfterMiss::ll_hit`) and jumps to `done`; otherwise jumps to `call`. Clobbers rax, rcx
-/// and rdx.
+/// and rdx. With `arg0_in_slot` Cachegrind's count goes to the `arg0` in `gs:[ARG0]` (a
+/// shared routine's caller's) instead of the helper's.
 fn ll_mru_hit(
     a: &mut Asm,
     ll: MruCache,
-    after_miss: AfterMiss,
+    (after_miss, arg0_in_slot): (AfterMiss, bool),
     call: DynamicLabel,
     done: DynamicLabel,
 ) {
@@ -3101,6 +3168,11 @@ fn ll_mru_hit(
         ; jne =>call
     );
     match after_miss.ll_hit {
+        LlHitCount::Arg0 if arg0_in_slot => dynasm!(a
+            ; .arch x64
+            ; gs mov rax, QWORD [ARG0]
+            ; inc QWORD [rax]
+        ),
         LlHitCount::Arg0 => dynasm!(a
             ; .arch x64
             ; mov rax, QWORD after_miss.helper.arg0 as i64
@@ -3129,6 +3201,127 @@ fn ll_mru_hit(
         ),
     }
     dynasm!(a ; .arch x64 ; jmp =>done);
+}
+
+/// Routines that the cache checks of every translation share: the L1 way scan past the MRU
+/// way and the miss path behind it, one per cache, LL and helper. Per check they were ~400
+/// bytes of scans; a large program's translations were 85% scans, thrashing the host's
+/// instruction cache and branch predictors (a Python thread pool under `--cache-sim=yes`:
+/// 22.9 -> 18.2 s; sqlite -12%). They live in memory that counts as code cache, so signals
+/// step through them as through translated code.
+struct SharedScans {
+    /// The free part of the current mapping.
+    next: u64,
+    end: u64,
+    /// (cache tags, helper, LL tags) -> routine.
+    routines: std::collections::HashMap<(u64, u64, u64), u64>,
+}
+
+static SHARED_SCANS: std::sync::Mutex<Option<SharedScans>> = std::sync::Mutex::new(None);
+
+impl Default for SharedScans {
+    /// With the first mapping already made.
+    fn default() -> SharedScans {
+        let base = crate::cache::map_shared_code(SHARED_MAP_BYTES).unwrap_or(0);
+        SharedScans {
+            next: base,
+            end: base
+                + if base == 0 {
+                    0
+                } else {
+                    SHARED_MAP_BYTES as u64
+                },
+            routines: Default::default(),
+        }
+    }
+}
+
+/// Maps the shared routines' first memory now, before the guest maps anything: made at the
+/// first data check instead, it would move the guest's later mappings (and their costs)
+/// between runs with and without sharing (`RGRIND_NO_SHARED_SCANS`).
+pub(crate) fn map_shared_scans() {
+    SHARED_SCANS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(SharedScans::default);
+}
+
+/// Bytes mapped at a time for shared routines.
+const SHARED_MAP_BYTES: usize = 64 << 10;
+
+/// The shared way scan and miss path for the checks of `cache` with `after_miss` (data
+/// accesses and fetches within one line)
+/// (Cachegrind's: the LL hit counted at `arg0`), emitted on first use. Entered with rax = the
+/// line, rcx = its set row, `gs:[ARG0]` = the helper's `arg0` and `gs:[HRET]` = where to go
+/// back; rdx and the flags are free. Leaves rax and rcx as `l1_scan` does, or as the helper
+/// call leaves them. `None` where the check keeps its own copy (Callgrind's per-cost-centre
+/// LL hit count, helpers that need the vector state, no memory for code).
+fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
+    if !matches!(after_miss.ll_hit, LlHitCount::Arg0) || !after_miss.helper.integer_only {
+        return None;
+    }
+    let key = (
+        cache.tags,
+        after_miss.helper.func as usize as u64,
+        after_miss.ll_mru.map_or(0, |l| l.tags),
+    );
+    let mut shared = SHARED_SCANS.lock().unwrap_or_else(|p| p.into_inner());
+    let shared = shared.get_or_insert_with(SharedScans::default);
+    if let Some(&at) = shared.routines.get(&key) {
+        return Some(at);
+    }
+    let code = data_scan_routine(cache, after_miss, shared.next)?;
+    let code = if shared.next + code.len() as u64 <= shared.end {
+        code
+    } else {
+        let base = crate::cache::map_shared_code(SHARED_MAP_BYTES)?;
+        (shared.next, shared.end) = (base, base + SHARED_MAP_BYTES as u64);
+        data_scan_routine(cache, after_miss, base)?
+    };
+    let at = shared.next;
+    if code.len() > (shared.end - at) as usize {
+        return None;
+    }
+    // SAFETY: `at..at + len` is unused space of a writable code mapping (`map_shared_code`);
+    // nothing jumps there before this routine is returned.
+    unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, code.len()) };
+    shared.next = (at + code.len() as u64 + 63) & !63;
+    shared.routines.insert(key, at);
+    Some(at)
+}
+
+/// The code of `shared_data_scan`'s routine placed at `at`.
+fn data_scan_routine(cache: MruCache, after_miss: AfterMiss, at: u64) -> Option<Vec<u8>> {
+    let mut a = Asm::new(at as usize);
+    let (hit, miss) = (a.new_dynamic_label(), a.new_dynamic_label());
+    l1_scan(&mut a, cache, hit, miss);
+    // The line waits in `gs:[IS3]` while the LL part uses rax.
+    dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
+    if let Some(ll) = after_miss.ll_mru {
+        let call = a.new_dynamic_label();
+        if ll.line_bits > cache.line_bits {
+            dynasm!(a ; .arch x64 ; shr rax, (ll.line_bits - cache.line_bits) as i8);
+        }
+        // `arg0` is the check's, in `gs:[ARG0]`.
+        ll_mru_hit(&mut a, ll, (after_miss, true), call, hit);
+        dynasm!(a ; .arch x64 ; =>call);
+    }
+    let f = after_miss.helper.func as usize as i64;
+    dynasm!(a
+        ; .arch x64
+        ; gs mov rax, QWORD [IS3]
+        ; shl rax, cache.line_bits as i8
+        ; gs mov QWORD [ARG1], rax
+        ; mov eax, 1
+        ; gs mov QWORD [ARG2], rax
+        ; mov rax, QWORD f
+        ; gs mov QWORD [HFN], rax
+        // The trampoline goes back to `gs:[HRET]`, the check's.
+        ; gs jmp QWORD [TRAMP_INT]
+        ; =>hit
+        ; gs jmp QWORD [HRET]
+    );
+    a.finalize().ok()
 }
 
 /// Caches of up to this many ways get `l1_scan`'s straight-line way scan and shift; larger

@@ -42,6 +42,9 @@ pub struct TranslateOptions {
     /// Whether blocks get a line entry (`Block::line_entry`); off for checks that it
     /// changes no count (`RGRIND_NO_LINE_ENTRIES`).
     pub line_entries: bool,
+    /// Whether data checks share their scans past way 1 (`Plan::share_scans`); off for checks
+    /// that sharing changes no count (`RGRIND_NO_SHARED_SCANS`).
+    pub shared_scans: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -650,6 +653,7 @@ pub fn translate(
         .reserve(guest, 4096)
         .ok_or(TranslateError::CacheFull)?;
     let mut plan = crate::instrument::plan_block(&insns, tool, near);
+    plan.share_scans(opts.shared_scans);
     let code_end = insns.last().map_or(guest, |i| i.next_ip());
     let smc = code_end > guest && writable(guest, code_end);
     let loop_cc = self_loop_cc(&insns, &end, guest).filter(|_| !smc);

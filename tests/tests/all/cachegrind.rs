@@ -316,38 +316,54 @@ fn loops_chained_past_their_fetch_check_take_signals_and_time_slices() {
     }
 }
 
-/// The line entries change no count: profiles with and without them
-/// (`RGRIND_NO_LINE_ENTRIES`, against a variable of the same length so that the guest's stack
-/// lies where it did) are the same, line by line, under several geometries (a direct-mapped
-/// I1 of 16 lines misses often, so a skipped check that was not a hit would show).
+/// Two ways of skipping work change no count: line entries (`RGRIND_NO_LINE_ENTRIES`) and
+/// data checks sharing their scans past way 1 (`RGRIND_NO_SHARED_SCANS`). Profiles with and
+/// without each (against a variable of the same length, so that the guest's stack lies where
+/// it did) are the same, line by line, under several geometries (a direct-mapped I1 of 16
+/// lines misses often, so a skipped check that was not a hit would show; a 32-way D1 scans in
+/// a loop, a 12-way one in straight-line code).
 #[test]
-fn line_entries_change_no_count() {
-    let geometries: [&[&str]; 3] = [
+fn line_entries_and_shared_scans_change_no_count() {
+    let geometries: [&[&str]; 4] = [
         &[],
+        &["--I1=8192,4,64", "--D1=12288,12,64", "--LL=262144,16,64"],
         &["--I1=1024,1,64", "--D1=2048,2,64", "--LL=65536,4,64"],
-        &["--I1=4096,2,32", "--D1=4096,4,128", "--LL=131072,8,128"],
+        &["--I1=4096,2,32", "--D1=16384,32,128", "--LL=262144,16,128"],
     ];
-    for guest in ["insns", "cxx", "branchy"] {
+    let knobs = [
+        ["RGRIND_NO_LINE_ENTRIES", "RGRIND_NO_LINE_ENTRIEX"],
+        ["RGRIND_NO_SHARED_SCANS", "RGRIND_NO_SHARED_SCANX"],
+    ];
+    let guests = [
+        ("insns", guest_case("insns").cmd()),
+        ("stack", guest_case("stack").cmd()),
+        ("cxxnames", Cmd::guest("cxxnames")),
+    ];
+    for (guest, cmd) in &guests {
         for (k, geometry) in geometries.iter().enumerate() {
             let mut opts = vec!["--cache-sim=yes", "--branch-sim=yes"];
             opts.extend_from_slice(geometry);
-            let profiles: Vec<String> = ["RGRIND_NO_LINE_ENTRIES", "RGRIND_NO_LINE_ENTRIEX"]
-                .iter()
-                .map(|var| {
-                    let cmd = guest_case(guest).cmd().env_exact(&[(var, "1")]);
-                    let (o, text) = profile_cmd(&cmd, &format!("lineentry.{guest}.{k}"), &opts);
-                    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
-                    text.lines()
-                        .filter(|l| !l.starts_with("pid:") && !l.starts_with("cmd:"))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                })
-                .collect();
-            assert!(
-                profiles[0] == profiles[1],
-                "{guest} {geometry:?}: {}",
-                rgrind_tests::first_difference(profiles[0].as_bytes(), profiles[1].as_bytes())
-            );
+            for pair in &knobs {
+                let profiles: Vec<String> = pair
+                    .iter()
+                    .map(|var| {
+                        let cmd = cmd.clone().env_exact(&[(var, "1")]);
+                        let name = format!("skip.{guest}.{k}");
+                        let (o, text) = profile_cmd(&cmd, &name, &opts);
+                        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+                        text.lines()
+                            .filter(|l| !l.starts_with("pid:") && !l.starts_with("cmd:"))
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    })
+                    .collect();
+                assert!(
+                    profiles[0] == profiles[1],
+                    "{guest} {geometry:?} {}: {}",
+                    pair[0],
+                    rgrind_tests::first_difference(profiles[0].as_bytes(), profiles[1].as_bytes())
+                );
+            }
         }
     }
 }
