@@ -3178,6 +3178,30 @@ fn ll_mru_hit(
             ; mov rax, QWORD after_miss.helper.arg0 as i64
             ; inc QWORD [rax]
         ),
+        // The check's `arg0` is `index << 8 | slot` (`shared_data_scan`).
+        LlHitCount::CostCentre {
+            base,
+            stride,
+            total,
+            ..
+        } if arg0_in_slot => dynasm!(a
+            ; .arch x64
+            ; mov rax, QWORD base as i64
+            ; mov rax, QWORD [rax]
+            ; test rax, rax
+            ; jz =>done
+            ; mov rcx, QWORD stride as i64
+            ; mov rcx, QWORD [rcx]
+            ; gs mov rdx, QWORD [ARG0]
+            ; shr rdx, 8
+            ; imul rcx, rdx
+            ; gs movzx edx, BYTE [ARG0]
+            ; add rcx, rdx
+            ; inc QWORD [rax + rcx * 8]
+            ; mov rax, QWORD total as i64
+            ; mov rax, QWORD [rax]
+            ; inc QWORD [rax + rdx * 8]
+        ),
         LlHitCount::CostCentre {
             base,
             stride,
@@ -3213,8 +3237,8 @@ struct SharedScans {
     /// The free part of the current mapping.
     next: u64,
     end: u64,
-    /// (cache tags, helper, LL tags) -> routine.
-    routines: std::collections::HashMap<(u64, u64, u64), u64>,
+    /// (cache tags, helper, LL tags, 0 or Callgrind's cost-centre base) -> routine.
+    routines: std::collections::HashMap<(u64, u64, u64, u64), u64>,
 }
 
 static SHARED_SCANS: std::sync::Mutex<Option<SharedScans>> = std::sync::Mutex::new(None);
@@ -3251,19 +3275,31 @@ const SHARED_MAP_BYTES: usize = 64 << 10;
 
 /// The shared way scan and miss path for the checks of `cache` with `after_miss` (data
 /// accesses and fetches within one line)
-/// (Cachegrind's: the LL hit counted at `arg0`), emitted on first use. Entered with rax = the
+/// (the LL hit counted at `arg0`, or Callgrind's cost-centre slot), emitted on first use. Entered with rax = the
 /// line, rcx = its set row, `gs:[ARG0]` = the helper's `arg0` and `gs:[HRET]` = where to go
 /// back; rdx and the flags are free. Leaves rax and rcx as `l1_scan` does, or as the helper
-/// call leaves them. `None` where the check keeps its own copy (Callgrind's per-cost-centre
-/// LL hit count, helpers that need the vector state, no memory for code).
+/// call leaves them. `None` where the check keeps its own copy (helpers that need the vector
+/// state, no memory for code).
 fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
-    if !matches!(after_miss.ll_hit, LlHitCount::Arg0) || !after_miss.helper.integer_only {
+    // Callgrind's count of an LL hit goes to the running cost centre's miss slot of the
+    // instruction, which the routine finds from its helper's `arg0` (`index << 8 | slot`).
+    let kind = match after_miss.ll_hit {
+        LlHitCount::Arg0 => 0,
+        LlHitCount::CostCentre {
+            base, index, slot, ..
+        } if slot < 256 && after_miss.helper.arg0 == u64::from(index) << 8 | u64::from(slot) => {
+            base
+        }
+        LlHitCount::CostCentre { .. } => return None,
+    };
+    if !after_miss.helper.integer_only {
         return None;
     }
     let key = (
         cache.tags,
         after_miss.helper.func as usize as u64,
         after_miss.ll_mru.map_or(0, |l| l.tags),
+        kind,
     );
     let mut shared = SHARED_SCANS.lock().unwrap_or_else(|p| p.into_inner());
     let shared = shared.get_or_insert_with(SharedScans::default);

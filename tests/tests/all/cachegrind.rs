@@ -317,7 +317,8 @@ fn loops_chained_past_their_fetch_check_take_signals_and_time_slices() {
 }
 
 /// Two ways of skipping work change no count: line entries (`RGRIND_NO_LINE_ENTRIES`) and
-/// data checks sharing their scans past way 1 (`RGRIND_NO_SHARED_SCANS`). Profiles with and
+/// cache checks sharing their scans past way 1 (`RGRIND_NO_SHARED_SCANS`, under both
+/// simulating tools: Callgrind's LL hits go to the running cost centre). Profiles with and
 /// without each (against a variable of the same length, so that the guest's stack lies where
 /// it did) are the same, line by line, under several geometries (a direct-mapped I1 of 16
 /// lines misses often, so a skipped check that was not a hit would show; a 32-way D1 scans in
@@ -330,9 +331,12 @@ fn line_entries_and_shared_scans_change_no_count() {
         &["--I1=1024,1,64", "--D1=2048,2,64", "--LL=65536,4,64"],
         &["--I1=4096,2,32", "--D1=16384,32,128", "--LL=262144,16,128"],
     ];
-    let knobs = [
-        ["RGRIND_NO_LINE_ENTRIES", "RGRIND_NO_LINE_ENTRIEX"],
-        ["RGRIND_NO_SHARED_SCANS", "RGRIND_NO_SHARED_SCANX"],
+    let line_entries = ["RGRIND_NO_LINE_ENTRIES", "RGRIND_NO_LINE_ENTRIEX"];
+    let shared_scans = ["RGRIND_NO_SHARED_SCANS", "RGRIND_NO_SHARED_SCANX"];
+    let runs = [
+        ("cachegrind", line_entries),
+        ("cachegrind", shared_scans),
+        ("callgrind", shared_scans),
     ];
     let guests = [
         ("insns", guest_case("insns").cmd()),
@@ -341,16 +345,24 @@ fn line_entries_and_shared_scans_change_no_count() {
     ];
     for (guest, cmd) in &guests {
         for (k, geometry) in geometries.iter().enumerate() {
-            let mut opts = vec!["--cache-sim=yes", "--branch-sim=yes"];
-            opts.extend_from_slice(geometry);
-            for pair in &knobs {
+            for (tool, pair) in &runs {
                 let profiles: Vec<String> = pair
                     .iter()
                     .map(|var| {
-                        let cmd = cmd.clone().env_exact(&[(var, "1")]);
-                        let name = format!("skip.{guest}.{k}");
-                        let (o, text) = profile_cmd(&cmd, &name, &opts);
+                        let out = scratch_dir().join(format!("skip.{tool}.{guest}.{k}"));
+                        let tool_opt = format!("--tool={tool}");
+                        let file_opt = format!("--{tool}-out-file={}", out.display());
+                        let mut opts = vec![
+                            tool_opt.as_str(),
+                            file_opt.as_str(),
+                            "--cache-sim=yes",
+                            "--branch-sim=yes",
+                        ];
+                        opts.extend_from_slice(geometry);
+                        let o = run_rgrind(&opts, &cmd.clone().env_exact(&[(var, "1")]));
                         assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+                        let text = std::fs::read_to_string(&out).unwrap_or_default();
+                        assert!(text.contains("summary:"), "{}", o.describe());
                         text.lines()
                             .filter(|l| !l.starts_with("pid:") && !l.starts_with("cmd:"))
                             .collect::<Vec<_>>()
@@ -359,7 +371,7 @@ fn line_entries_and_shared_scans_change_no_count() {
                     .collect();
                 assert!(
                     profiles[0] == profiles[1],
-                    "{guest} {geometry:?} {}: {}",
+                    "{tool} {guest} {geometry:?} {}: {}",
                     pair[0],
                     rgrind_tests::first_difference(profiles[0].as_bytes(), profiles[1].as_bytes())
                 );
