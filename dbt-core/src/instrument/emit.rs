@@ -2779,15 +2779,9 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                     ; .arch x64
                     ; mov rcx, QWORD row as i64
                     ; mov rax, QWORD first as i64
-                    ; mov rdx, QWORD after_miss.helper.arg0 as i64
-                    ; gs mov QWORD [ARG0], rdx
-                    ; lea rdx, [=>restore]
-                    ; gs mov QWORD [HRET], rdx
-                    ; mov rdx, QWORD routine as i64
-                    ; jmp rdx
-                    ; =>restore
-                    ; gs mov rdx, QWORD [IS2]
                 );
+                enter_shared_scan(a, after_miss.helper.arg0, routine, restore);
+                dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
                 if !flags_dead {
                     restore_flags(a);
                 }
@@ -2976,11 +2970,7 @@ fn data_scan(
         }
     }
     // The last byte's line in the first byte's set: one line.
-    let (straddle, ret, miss) = (
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-        a.new_dynamic_label(),
-    );
+    let (straddle, ret) = (a.new_dynamic_label(), a.new_dynamic_label());
     let bits = cache.line_bits as i8;
     dynasm!(a
         ; .arch x64
@@ -2995,47 +2985,13 @@ fn data_scan(
         ; jne =>straddle
         ; add rcx, cache.tags as i32
     );
-    if let Some(shared) = shared
+    match shared
         .then(|| shared_data_scan(cache, after_miss))
         .flatten()
     {
-        dynasm!(a
-            ; .arch x64
-            ; mov rdx, QWORD after_miss.helper.arg0 as i64
-            ; gs mov QWORD [ARG0], rdx
-            ; lea rdx, [=>ret]
-            ; gs mov QWORD [HRET], rdx
-            ; mov rdx, QWORD shared as i64
-            ; jmp rdx
-            ; =>ret
-        );
-        restore_to(a, true, back);
-        dynasm!(a ; .arch x64 ; =>straddle);
-        for &(r, slot) in &slots {
-            if spare(r) {
-                dynasm!(a ; .arch x64 ; gs mov Rq(r), QWORD [slot]);
-            }
-        }
-        return;
+        Some(routine) => enter_shared_scan(a, after_miss.helper.arg0, routine, ret),
+        None => scan_and_miss(a, cache, (after_miss, false), ret),
     }
-    l1_scan(a, cache, ret, miss);
-    // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
-    dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
-    if let Some(ll) = after_miss.ll_mru {
-        let call = a.new_dynamic_label();
-        if ll.line_bits > cache.line_bits {
-            dynasm!(a ; .arch x64 ; shr rax, (ll.line_bits - cache.line_bits) as i8);
-        }
-        ll_mru_hit(a, ll, (after_miss, false), call, ret);
-        dynasm!(a ; .arch x64 ; =>call);
-    }
-    dynasm!(a
-        ; .arch x64
-        ; gs mov rax, QWORD [IS3]
-        ; shl rax, bits
-        ; gs mov QWORD [ARG1], rax
-    );
-    helper_call(a, after_miss.helper, 1, ret);
     dynasm!(a ; .arch x64 ; =>ret);
     restore_to(a, true, back);
     dynasm!(a ; .arch x64 ; =>straddle);
@@ -3178,51 +3134,48 @@ fn ll_mru_hit(
             ; mov rax, QWORD after_miss.helper.arg0 as i64
             ; inc QWORD [rax]
         ),
-        // The check's `arg0` is `index << 8 | slot` (`shared_data_scan`).
-        LlHitCount::CostCentre {
-            base,
-            stride,
-            total,
-            ..
-        } if arg0_in_slot => dynasm!(a
-            ; .arch x64
-            ; mov rax, QWORD base as i64
-            ; mov rax, QWORD [rax]
-            ; test rax, rax
-            ; jz =>done
-            ; mov rcx, QWORD stride as i64
-            ; mov rcx, QWORD [rcx]
-            ; gs mov rdx, QWORD [ARG0]
-            ; shr rdx, 8
-            ; imul rcx, rdx
-            ; gs movzx edx, BYTE [ARG0]
-            ; add rcx, rdx
-            ; inc QWORD [rax + rcx * 8]
-            ; mov rax, QWORD total as i64
-            ; mov rax, QWORD [rax]
-            ; inc QWORD [rax + rdx * 8]
-        ),
         LlHitCount::CostCentre {
             base,
             stride,
             total,
             index,
             slot,
-        } => dynasm!(a
-            ; .arch x64
-            ; mov rax, QWORD base as i64
-            ; mov rax, QWORD [rax]
-            ; test rax, rax
-            ; jz =>done
-            ; mov rcx, QWORD stride as i64
-            ; mov rcx, QWORD [rcx]
-            ; imul rcx, rcx, index as i32
-            ; lea rax, [rax + rcx * 8]
-            ; inc QWORD [rax + (slot * 8) as i32]
-            ; mov rax, QWORD total as i64
-            ; mov rax, QWORD [rax]
-            ; inc QWORD [rax + (slot * 8) as i32]
-        ),
+        } => {
+            dynasm!(a
+                ; .arch x64
+                ; mov rax, QWORD base as i64
+                ; mov rax, QWORD [rax]
+                ; test rax, rax
+                ; jz =>done
+                ; mov rcx, QWORD stride as i64
+                ; mov rcx, QWORD [rcx]
+            );
+            if arg0_in_slot {
+                // The check's `arg0` is `index << 8 | slot` (`shared_data_scan`).
+                dynasm!(a
+                    ; .arch x64
+                    ; gs mov rdx, QWORD [ARG0]
+                    ; shr rdx, 8
+                    ; imul rcx, rdx
+                    ; gs movzx edx, BYTE [ARG0]
+                    ; add rcx, rdx
+                    ; inc QWORD [rax + rcx * 8]
+                    ; mov rax, QWORD total as i64
+                    ; mov rax, QWORD [rax]
+                    ; inc QWORD [rax + rdx * 8]
+                );
+            } else {
+                dynasm!(a
+                    ; .arch x64
+                    ; imul rcx, rcx, index as i32
+                    ; lea rax, [rax + rcx * 8]
+                    ; inc QWORD [rax + (slot * 8) as i32]
+                    ; mov rax, QWORD total as i64
+                    ; mov rax, QWORD [rax]
+                    ; inc QWORD [rax + (slot * 8) as i32]
+                );
+            }
+        }
     }
     dynasm!(a ; .arch x64 ; jmp =>done);
 }
@@ -3329,35 +3282,68 @@ fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
 /// The code of `shared_data_scan`'s routine placed at `at`.
 fn data_scan_routine(cache: MruCache, after_miss: AfterMiss, at: u64) -> Option<Vec<u8>> {
     let mut a = Asm::new(at as usize);
-    let (hit, miss) = (a.new_dynamic_label(), a.new_dynamic_label());
-    l1_scan(&mut a, cache, hit, miss);
-    // The line waits in `gs:[IS3]` while the LL part uses rax.
+    let hit = a.new_dynamic_label();
+    scan_and_miss(&mut a, cache, (after_miss, true), hit);
+    dynasm!(a ; .arch x64 ; =>hit ; gs jmp QWORD [HRET]);
+    a.finalize().ok()
+}
+
+/// Jumps to a shared scan routine (`shared_data_scan`) with rax = the line and rcx = its
+/// row as it expects them; it comes back to `back` with rdx and the flags clobbered.
+fn enter_shared_scan(a: &mut Asm, arg0: u64, routine: u64, back: DynamicLabel) {
+    dynasm!(a
+        ; .arch x64
+        ; mov rdx, QWORD arg0 as i64
+        ; gs mov QWORD [ARG0], rdx
+        ; lea rdx, [=>back]
+        ; gs mov QWORD [HRET], rdx
+        ; mov rdx, QWORD routine as i64
+        ; jmp rdx
+    );
+}
+
+/// The L1 lookup of a line past its MRU way (rax = the line, rcx = its row) and on a miss
+/// the LL part (`after_miss`), ending at `done` (the helper returns there through
+/// `gs:[HRET]`). In a shared routine (`in_routine`) the helper's `arg0` and way back are
+/// the caller's, in `gs:[ARG0]` and `gs:[HRET]`.
+fn scan_and_miss(
+    a: &mut Asm,
+    cache: MruCache,
+    (after_miss, in_routine): (AfterMiss, bool),
+    done: DynamicLabel,
+) {
+    let miss = a.new_dynamic_label();
+    l1_scan(a, cache, done, miss);
+    // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
     dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
     if let Some(ll) = after_miss.ll_mru {
         let call = a.new_dynamic_label();
         if ll.line_bits > cache.line_bits {
             dynasm!(a ; .arch x64 ; shr rax, (ll.line_bits - cache.line_bits) as i8);
         }
-        // `arg0` is the check's, in `gs:[ARG0]`.
-        ll_mru_hit(&mut a, ll, (after_miss, true), call, hit);
+        ll_mru_hit(a, ll, (after_miss, in_routine), call, done);
         dynasm!(a ; .arch x64 ; =>call);
     }
-    let f = after_miss.helper.func as usize as i64;
     dynasm!(a
         ; .arch x64
         ; gs mov rax, QWORD [IS3]
         ; shl rax, cache.line_bits as i8
         ; gs mov QWORD [ARG1], rax
+    );
+    if !in_routine {
+        helper_call(a, after_miss.helper, 1, done);
+        return;
+    }
+    let f = after_miss.helper.func as usize as i64;
+    dynasm!(a
+        ; .arch x64
         ; mov eax, 1
         ; gs mov QWORD [ARG2], rax
         ; mov rax, QWORD f
         ; gs mov QWORD [HFN], rax
-        // The trampoline goes back to `gs:[HRET]`, the check's.
+        // The trampoline goes back to `gs:[HRET]`, the caller's.
         ; gs jmp QWORD [TRAMP_INT]
-        ; =>hit
-        ; gs jmp QWORD [HRET]
     );
-    a.finalize().ok()
 }
 
 /// Caches of up to this many ways get `l1_scan`'s straight-line way scan and shift; larger
