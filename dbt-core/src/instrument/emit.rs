@@ -235,7 +235,7 @@ pub(crate) struct Plan {
     /// The lines the last fetch check emitted so far left most recently used, while no op
     /// after it may have touched that cache (`cache::ExitRecord::fetched`).
     fetched: Option<FetchedLines>,
-    /// Whether data checks may share their scans (`shared_data_scan`).
+    /// Whether cache checks may share their scans (`shared_data_scan`).
     shared_scans: bool,
 }
 
@@ -312,7 +312,7 @@ impl Plan {
         }
     }
 
-    /// Lets data checks share their scans past way 1 (`shared_data_scan`).
+    /// Lets cache checks share their scans past way 1 (`shared_data_scan`).
     pub(crate) fn share_scans(&mut self, on: bool) {
         self.shared_scans = on;
     }
@@ -3104,8 +3104,8 @@ fn near_rows(cache: MruCache) -> bool {
 /// After an L1 miss (the flags free, rax = the LL line, rcx and rdx free): if the line is
 /// the MRU tag of its LL set (`AfterMiss::ll_mru`), counts the LL hit as the helper would
 /// (`AfterMiss::ll_hit`) and jumps to `done`; otherwise jumps to `call`. Clobbers rax, rcx
-/// and rdx. With `arg0_in_slot` Cachegrind's count goes to the `arg0` in `gs:[ARG0]` (a
-/// shared routine's caller's) instead of the helper's.
+/// and rdx. With `arg0_in_slot` the count follows the `arg0` in `gs:[ARG0]` (a shared
+/// routine's caller's) instead of the helper's own.
 fn ll_mru_hit(
     a: &mut Asm,
     ll: MruCache,

@@ -42,7 +42,7 @@ pub struct TranslateOptions {
     /// Whether blocks get a line entry (`Block::line_entry`); off for checks that it
     /// changes no count (`RGRIND_NO_LINE_ENTRIES`).
     pub line_entries: bool,
-    /// Whether data checks share their scans past way 1 (`Plan::share_scans`); off for checks
+    /// Whether cache checks share their scans past way 1 (`Plan::share_scans`); off for checks
     /// that sharing changes no count (`RGRIND_NO_SHARED_SCANS`).
     pub shared_scans: bool,
 }
