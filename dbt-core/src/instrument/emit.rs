@@ -2780,6 +2780,21 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                     ; mov rcx, QWORD row as i64
                     ; mov rax, QWORD first as i64
                 );
+                if cache.assoc >= 2 {
+                    // Way 1 here (most scans end there), without the way back from the
+                    // shared routine, an indirect jump.
+                    let rest = a.new_dynamic_label();
+                    dynasm!(a
+                        ; .arch x64
+                        ; cmp rax, QWORD [rcx + 8]
+                        ; jne =>rest
+                        ; mov rdx, QWORD [rcx]
+                        ; mov QWORD [rcx + 8], rdx
+                        ; mov QWORD [rcx], rax
+                        ; jmp =>restore
+                        ; =>rest
+                    );
+                }
                 enter_shared_scan(a, after_miss.helper.arg0, routine, restore);
                 dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
                 if !flags_dead {
