@@ -2783,17 +2783,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 if cache.assoc >= 2 {
                     // Way 1 here (most scans end there), without the way back from the
                     // shared routine, an indirect jump.
-                    let rest = a.new_dynamic_label();
-                    dynasm!(a
-                        ; .arch x64
-                        ; cmp rax, QWORD [rcx + 8]
-                        ; jne =>rest
-                        ; mov rdx, QWORD [rcx]
-                        ; mov QWORD [rcx + 8], rdx
-                        ; mov QWORD [rcx], rax
-                        ; jmp =>restore
-                        ; =>rest
-                    );
+                    way1_hit(a, restore);
                 }
                 enter_shared_scan(a, after_miss.helper.arg0, routine, restore);
                 dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
@@ -3365,6 +3355,23 @@ fn scan_and_miss(
 /// ones (rare user geometries: a 512-way D1 would take ~13 KB per check unrolled) loop.
 const UNROLLED_WAYS: u64 = 16;
 
+/// `l1_scan`'s first step (at least two ways): when rax, the line, is in way 1 of the row
+/// at rcx, swaps ways 0 and 1 and jumps to `hit`; else falls through. Clobbers rdx and the
+/// flags.
+fn way1_hit(a: &mut Asm, hit: DynamicLabel) {
+    let not1 = a.new_dynamic_label();
+    dynasm!(a
+        ; .arch x64
+        ; cmp rax, QWORD [rcx + 8]
+        ; jne =>not1
+        ; mov rdx, QWORD [rcx]
+        ; mov QWORD [rcx + 8], rdx
+        ; mov QWORD [rcx], rax
+        ; jmp =>hit
+        ; =>not1
+    );
+}
+
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =
 /// line, rcx = address of its set row. A hit in way `k` moves ways `0..k` down by one, puts
 /// the line in way 0 and jumps to `hit`; a miss moves every way down (the LRU tag falls off),
@@ -3382,17 +3389,7 @@ fn l1_scan(a: &mut Asm, cache: MruCache, hit: DynamicLabel, miss: DynamicLabel) 
         dynasm!(a ; .arch x64 ; mov QWORD [rcx], rax ; jmp =>miss);
         return;
     }
-    let not1 = a.new_dynamic_label();
-    dynasm!(a
-        ; .arch x64
-        ; cmp rax, QWORD [rcx + 8]
-        ; jne =>not1
-        ; mov rdx, QWORD [rcx]
-        ; mov QWORD [rcx + 8], rdx
-        ; mov QWORD [rcx], rax
-        ; jmp =>hit
-        ; =>not1
-    );
+    way1_hit(a, hit);
     if assoc >= 3 {
         let not2 = a.new_dynamic_label();
         dynasm!(a
