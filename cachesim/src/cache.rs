@@ -27,15 +27,7 @@ use crate::raw::FlatCache;
 pub struct Cache {
     flat: FlatCache,
     geometry: CacheGeometry,
-    /// For a large tag array: a copy of each set's MRU tag (way 0), one `u64` per set, so
-    /// that the common hit in way 0 reads a small array that stays in the host's caches
-    /// instead of a row of a many-megabyte one (a 100 MiB LL has 13 MiB of tags). Empty for
-    /// small caches. Always equal to way 0 of every row.
-    mru: Box<[u64]>,
 }
-
-/// LL tag arrays above this size get the MRU copy (`Cache::mru`).
-const MRU_COPY_MIN_BYTES: u64 = 1 << 20;
 
 /// The LRU update of one set (`cachesim_setref_is_miss`). Returns `true` on a miss.
 ///
@@ -43,7 +35,7 @@ const MRU_COPY_MIN_BYTES: u64 = 1 << 20;
 /// way `i`, ways `0..i` have been shifted down and the tag is in way 0; when it is not found,
 /// the whole row has shifted and the LRU tag has fallen off. No indexing, so no panic.
 #[inline]
-fn set_ref_is_miss(row: &mut [u64], tag: u64) -> bool {
+pub(crate) fn set_ref_is_miss<T: Copy + PartialEq>(row: &mut [T], tag: T) -> bool {
     if row.first() == Some(&tag) {
         return false;
     }
@@ -58,25 +50,37 @@ fn set_ref_is_miss(row: &mut [u64], tag: u64) -> bool {
     true
 }
 
+/// The lines one reference of `size` bytes at `addr` touches, each passed to `lookup` (which
+/// returns whether it missed); returns whether any missed. `size` is clamped to
+/// `1..=line_size` (a power of two), so at most two lines are touched, in address order.
+#[inline]
+pub(crate) fn access_lines(
+    addr: u64,
+    size: u64,
+    line_size: u64,
+    mut lookup: impl FnMut(u64) -> bool,
+) -> bool {
+    let bits = line_size.trailing_zeros();
+    // Not `clamp`, which has a (here unreachable) panic path for min > max.
+    let size = size.max(1).min(line_size);
+    let line1 = addr >> bits;
+    let line2 = addr.wrapping_add(size - 1) >> bits;
+    if line1 == line2 {
+        lookup(line1)
+    } else {
+        // The clamp makes this exactly line1 + 1 (with wrap-around at the top).
+        let miss1 = lookup(line1);
+        let miss2 = lookup(line2);
+        miss1 || miss2
+    }
+}
+
 impl Cache {
     /// Byte offset of the [`FlatCache`] inside a `Cache` (it is the first field).
     pub const FLAT_OFFSET: usize = core::mem::offset_of!(Cache, flat);
 
     /// Builds an empty cache (all tags 0) after checking the geometry like Valgrind.
     pub fn new(geometry: CacheGeometry) -> Result<Cache, CheckError> {
-        Cache::with_mru_copy(geometry, false)
-    }
-
-    /// `new` for a level whose tags only this crate changes (LL: generated code updates L1
-    /// tags itself, which would leave the MRU copy stale): keeps the per-set MRU copy when
-    /// the tag array is large.
-    pub(crate) fn new_private(geometry: CacheGeometry) -> Result<Cache, CheckError> {
-        let tag_bytes = u64::from(geometry.size / geometry.line_size.max(1)) * 8;
-        Cache::with_mru_copy(geometry, tag_bytes > MRU_COPY_MIN_BYTES)
-    }
-
-    /// `new`, choosing whether to keep the per-set MRU copy (the results are the same).
-    fn with_mru_copy(geometry: CacheGeometry, mru_copy: bool) -> Result<Cache, CheckError> {
         geometry.check()?;
         let sets = u64::from(geometry.sets());
         let flat = FlatCache::new(
@@ -87,17 +91,7 @@ impl Cache {
         // check() guarantees a power-of-two set count and assoc >= 1; the only other failure
         // is an allocation size that does not fit usize, reported as the set-count error.
         .ok_or(CheckError::SetCountNotPowerOfTwo)?;
-        let mru = if mru_copy {
-            vec![0u64; usize::try_from(sets).map_err(|_| CheckError::SetCountNotPowerOfTwo)?]
-                .into_boxed_slice()
-        } else {
-            Box::default()
-        };
-        Ok(Cache {
-            flat,
-            geometry,
-            mru,
-        })
+        Ok(Cache { flat, geometry })
     }
 
     /// The geometry this cache simulates.
@@ -114,18 +108,6 @@ impl Cache {
     /// moved nor dropped (a [`crate::Hierarchy`] is boxed, so its caches do not move).
     pub fn flat_ptr(&self) -> *const FlatCache {
         &self.flat
-    }
-
-    /// Where code that only reads this level finds each set's MRU tag: the address of set
-    /// 0's and the distance between two sets' in tags (the per-set copy when there is one,
-    /// else way 0 of the rows). Both are heap memory that lives as long as the cache; the
-    /// MRU tags change only through `access` and `clear`.
-    pub fn mru_tags_ptr(&self) -> (*const u64, u64) {
-        if self.mru.is_empty() {
-            (self.flat.tags_ptr(), self.flat.assoc())
-        } else {
-            (self.mru.as_ptr(), 1)
-        }
     }
 
     /// All tags, row-major by set, way 0 = MRU (for inspection and tests).
@@ -160,47 +142,25 @@ impl Cache {
     /// Panic-free and allocation-free: it is reached from the `extern "C"` slow path.
     #[inline]
     pub fn access(&mut self, addr: u64, size: u64) -> bool {
-        let bits = self.flat.line_bits();
         let set_mask = self.flat.set_mask();
         let assoc = self.flat.assoc() as usize;
-        // Not `clamp`, which has a (here unreachable) panic path for min > max.
-        let size = size.max(1).min(u64::from(self.geometry.line_size));
-        let line1 = addr >> bits;
-        let line2 = addr.wrapping_add(size - 1) >> bits;
+        let line_size = u64::from(self.geometry.line_size);
         let tags = self.flat.tags_mut();
-        let mru = &mut self.mru;
-        let mut lookup = |line: u64| {
-            let set = (line & set_mask) as usize;
-            if mru.get(set) == Some(&line) {
-                return false;
-            }
-            let start = set.wrapping_mul(assoc);
-            let miss = match tags.get_mut(start..start.wrapping_add(assoc)) {
+        access_lines(addr, size, line_size, |line| {
+            let start = ((line & set_mask) as usize).wrapping_mul(assoc);
+            match tags.get_mut(start..start.wrapping_add(assoc)) {
                 Some(row) => set_ref_is_miss(row, line),
                 // Unreachable: set <= set_mask < sets and the array has sets rows (FlatCache
                 // invariant). Reported as a miss rather than a panic.
                 None => true,
-            };
-            if let Some(m) = mru.get_mut(set) {
-                *m = line;
             }
-            miss
-        };
-        if line1 == line2 {
-            lookup(line1)
-        } else {
-            // The clamp makes this exactly line1 + 1 (with wrap-around at the top).
-            let miss1 = lookup(line1);
-            let miss2 = lookup(line2);
-            miss1 || miss2
-        }
+        })
         // Post-invariant: each touched line is now the MRU way of its set.
     }
 
     /// Resets every tag to 0 (the start state).
     pub fn clear(&mut self) {
         self.flat.tags_mut().fill(0);
-        self.mru.fill(0);
     }
 }
 
@@ -223,48 +183,6 @@ mod tests {
             }
         }
         misses
-    }
-
-    #[test]
-    fn the_mru_copy_changes_no_result() {
-        // 16 MiB, 16-way, 64 B: big enough for `new` to keep the copy.
-        let g = CacheGeometry::new(1 << 24, 16, 64);
-        let mut with = Cache::new_private(g).expect("valid geometry");
-        assert!(!with.mru.is_empty());
-        let mut without = Cache::with_mru_copy(g, false).expect("valid geometry");
-        // Lines that share sets (stride = sets * line) and revisit each other, with straddles.
-        let mut x: u64 = 12345;
-        for _ in 0..200_000 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let addr = ((x >> 33) % 40) * (1 << 20) + ((x >> 20) % 4) * 64 + (x >> 60);
-            let size = 1 + (x >> 8) % 16;
-            assert_eq!(with.access(addr, size), without.access(addr, size));
-        }
-        assert_eq!(with.tags(), without.tags());
-        let ways = with.tags().chunks_exact(16).map(|row| row[0]);
-        assert!(ways.eq(with.mru.iter().copied()));
-    }
-
-    #[test]
-    fn mru_tags_ptr_finds_each_sets_mru_tag() {
-        let check = |c: &mut Cache| {
-            let sets = u64::from(c.geometry().sets());
-            for addr in [0x1234_5678u64, 0x40, 0x7fff_0000, 0x40 * sets + 0x40] {
-                c.access(addr, 8);
-                let line = addr >> 6;
-                let (base, stride) = c.mru_tags_ptr();
-                let table: &[u64] = if stride == 1 { &c.mru } else { c.tags() };
-                assert_eq!(base, table.as_ptr());
-                assert_eq!(table[((line & (sets - 1)) * stride) as usize], line);
-            }
-        };
-        let g = CacheGeometry::new(1 << 24, 16, 64);
-        let mut with = Cache::new_private(g).expect("valid geometry");
-        assert!(!with.mru.is_empty());
-        check(&mut with);
-        check(&mut Cache::new(g).expect("valid geometry"));
     }
 
     #[test]

@@ -18,6 +18,7 @@ use core::mem::offset_of;
 
 use crate::cache::Cache;
 use crate::geometry::{CacheGeometry, CacheLevel, CheckError};
+use crate::last_level::LastLevel;
 use crate::raw::{FlatCache, OUTCOME_HIT, OUTCOME_L1_MISS, OUTCOME_LL_MISS};
 
 /// The result of one reference.
@@ -66,6 +67,16 @@ pub struct HierarchyError {
     pub check: CheckError,
 }
 
+/// A first-level cache, the levels whose tags generated code reads and updates itself
+/// ([`Hierarchy::flat_ptr_of`]); LL is read only through [`LastLevel::mru_tags_ptr`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum L1Level {
+    /// Level-1 instruction cache.
+    I1,
+    /// Level-1 data cache.
+    D1,
+}
+
 /// I1 + D1 + unified LL. Always boxed, so the flat parts at [`Hierarchy::I1_FLAT_OFFSET`] and
 /// [`Hierarchy::D1_FLAT_OFFSET`] keep their addresses for generated code.
 #[repr(C)]
@@ -73,7 +84,7 @@ pub struct HierarchyError {
 pub struct Hierarchy {
     i1: Cache,
     d1: Cache,
-    ll: Cache,
+    ll: LastLevel,
     min_line_size: u64,
 }
 
@@ -82,8 +93,6 @@ impl Hierarchy {
     pub const I1_FLAT_OFFSET: usize = offset_of!(Hierarchy, i1) + Self::CACHE_FLAT_OFFSET;
     /// Byte offset of D1's [`FlatCache`] inside a `Hierarchy`.
     pub const D1_FLAT_OFFSET: usize = offset_of!(Hierarchy, d1) + Self::CACHE_FLAT_OFFSET;
-    /// Byte offset of LL's [`FlatCache`] inside a `Hierarchy`.
-    pub const LL_FLAT_OFFSET: usize = offset_of!(Hierarchy, ll) + Self::CACHE_FLAT_OFFSET;
     const CACHE_FLAT_OFFSET: usize = Cache::FLAT_OFFSET;
 
     /// Builds an empty hierarchy after checking each geometry like Valgrind.
@@ -92,24 +101,19 @@ impl Hierarchy {
         d1: CacheGeometry,
         ll: CacheGeometry,
     ) -> Result<Box<Hierarchy>, HierarchyError> {
-        let make = |level, geometry| {
-            let cache = if level == CacheLevel::LL {
-                Cache::new_private(geometry)
-            } else {
-                Cache::new(geometry)
-            };
-            cache.map_err(|check| HierarchyError {
+        let error = |level, geometry| {
+            move |check| HierarchyError {
                 level,
                 geometry,
                 check,
-            })
+            }
         };
-        let i1 = make(CacheLevel::I1, i1)?;
-        let d1 = make(CacheLevel::D1, d1)?;
-        let ll = make(CacheLevel::LL, ll)?;
-        let min_line_size = [&i1, &d1, &ll]
+        let i1 = Cache::new(i1).map_err(error(CacheLevel::I1, i1))?;
+        let d1 = Cache::new(d1).map_err(error(CacheLevel::D1, d1))?;
+        let ll = LastLevel::new(ll).map_err(error(CacheLevel::LL, ll))?;
+        let min_line_size = [i1.geometry(), d1.geometry(), ll.geometry()]
             .iter()
-            .map(|c| u64::from(c.geometry().line_size))
+            .map(|g| u64::from(g.line_size))
             .min()
             .unwrap_or(u64::from(crate::geometry::MIN_LINE_SIZE));
         Ok(Box::new(Hierarchy {
@@ -143,7 +147,7 @@ impl Hierarchy {
     }
 
     /// The unified last-level cache.
-    pub fn ll(&self) -> &Cache {
+    pub fn ll(&self) -> &LastLevel {
         &self.ll
     }
 
@@ -161,11 +165,10 @@ impl Hierarchy {
     /// only (no reference is created), as generated code does it. Use this with a pointer from
     /// `Box::into_raw` so that the flat pointers and the `*mut Hierarchy` handed to the
     /// slow paths share one provenance.
-    pub fn flat_ptr_of(hierarchy: *const Hierarchy, level: CacheLevel) -> *const FlatCache {
+    pub fn flat_ptr_of(hierarchy: *const Hierarchy, level: L1Level) -> *const FlatCache {
         let offset = match level {
-            CacheLevel::I1 => Self::I1_FLAT_OFFSET,
-            CacheLevel::D1 => Self::D1_FLAT_OFFSET,
-            CacheLevel::LL => Self::LL_FLAT_OFFSET,
+            L1Level::I1 => Self::I1_FLAT_OFFSET,
+            L1Level::D1 => Self::D1_FLAT_OFFSET,
         };
         hierarchy
             .cast::<u8>()
@@ -206,7 +209,7 @@ impl Hierarchy {
     }
 
     #[inline]
-    fn through(l1: &mut Cache, ll: &mut Cache, addr: u64, size: u64) -> Outcome {
+    fn through(l1: &mut Cache, ll: &mut LastLevel, addr: u64, size: u64) -> Outcome {
         if !l1.access(addr, size) {
             Outcome::Hit
         } else if !ll.access(addr, size) {
@@ -382,11 +385,6 @@ mod tests {
                 .cast::<FlatCache>(),
             h.d1_flat_ptr()
         );
-        assert_eq!(
-            base.wrapping_add(Hierarchy::LL_FLAT_OFFSET)
-                .cast::<FlatCache>(),
-            h.ll().flat_ptr()
-        );
-        assert_eq!(Hierarchy::flat_ptr_of(&*h, CacheLevel::D1), h.d1_flat_ptr());
+        assert_eq!(Hierarchy::flat_ptr_of(&*h, L1Level::D1), h.d1_flat_ptr());
     }
 }

@@ -99,6 +99,7 @@ mod cache;
 pub mod detect;
 pub mod geometry;
 mod hierarchy;
+mod last_level;
 pub mod raw;
 
 pub use branch::{BranchPredictor, HIST_BITS, IADDR_BITS, N_BTAC, N_COUNTERS};
@@ -111,5 +112,6 @@ pub use geometry::{
     cachegrind_desc_line, callgrind_desc_line, tweak_ll, verbose_config_lines, CacheGeometry,
     CacheLevel, CheckError, GeometryError, MIN_LINE_SIZE,
 };
-pub use hierarchy::{Hierarchy, HierarchyError, Outcome};
+pub use hierarchy::{Hierarchy, HierarchyError, L1Level, Outcome};
+pub use last_level::LastLevel;
 pub use raw::{FlatCache, OUTCOME_HIT, OUTCOME_L1_MISS, OUTCOME_LL_MISS};

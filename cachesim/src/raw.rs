@@ -83,10 +83,17 @@ const LOW_TAGS_MAX_BYTES: u64 = 1 << 20;
 /// pages each is a TLB miss too.
 const HUGE_TAGS_MIN_BYTES: u64 = 2 << 20;
 
-/// An all-zero array of `len` tags: (pointer, whether it is a mapping of its own).
-fn alloc_tags(len: u64) -> Option<(NonNull<u64>, bool)> {
-    let bytes = usize::try_from(len.checked_mul(8)?).ok()?;
-    let low = bytes > 0 && bytes as u64 <= LOW_TAGS_MAX_BYTES;
+/// Element types whose all-zero bit pattern is a valid value (so a zero-filled allocation is
+/// an initialised array of them).
+pub(crate) trait ZeroIsValid: Copy {}
+impl ZeroIsValid for u32 {}
+impl ZeroIsValid for u64 {}
+
+/// An all-zero array of `len` `T`s: (pointer, whether it is a mapping of its own). `low`
+/// allows the below-2-GiB mapping for small arrays (what generated code addresses).
+fn alloc_zeroed<T: ZeroIsValid>(len: u64, low: bool) -> Option<(NonNull<T>, bool)> {
+    let bytes = usize::try_from(len.checked_mul(core::mem::size_of::<T>() as u64)?).ok()?;
+    let low = low && bytes > 0 && bytes as u64 <= LOW_TAGS_MAX_BYTES;
     if low || bytes as u64 >= HUGE_TAGS_MIN_BYTES {
         let where_ = if low { libc::MAP_32BIT } else { 0 };
         // SAFETY: a fresh private anonymous mapping (no file, no fixed address): it cannot
@@ -106,14 +113,93 @@ fn alloc_tags(len: u64) -> Option<(NonNull<u64>, bool)> {
                 // SAFETY: advice on the mapping just made (only a hint; failure is harmless).
                 unsafe { libc::madvise(p, bytes, libc::MADV_HUGEPAGE) };
             }
-            if let Some(p) = NonNull::new(p.cast::<u64>()) {
+            if let Some(p) = NonNull::new(p.cast::<T>()) {
                 return Some((p, true));
             }
         }
     }
-    let boxed: Box<[u64]> = vec![0u64; usize::try_from(len).ok()?].into_boxed_slice();
-    Some((NonNull::from(Box::leak(boxed)).cast::<u64>(), false))
+    // SAFETY: `T: ZeroIsValid`, so zeroed memory is a valid `T`.
+    let boxed: Box<[T]> =
+        vec![unsafe { core::mem::zeroed::<T>() }; usize::try_from(len).ok()?].into_boxed_slice();
+    Some((NonNull::from(Box::leak(boxed)).cast::<T>(), false))
 }
+
+/// Frees what `alloc_zeroed::<T>(len, _)` returned as `(ptr, mapped)`.
+///
+/// # Safety
+/// `ptr`, `len` and `mapped` must be exactly one result of `alloc_zeroed` (with its `len`),
+/// freed only once, with nothing referring to the array afterwards.
+unsafe fn free_zeroed<T: ZeroIsValid>(ptr: NonNull<T>, len: u64, mapped: bool) {
+    if mapped {
+        // SAFETY: (caller) the start of a mapping of `len * size_of::<T>()` bytes.
+        unsafe {
+            libc::munmap(
+                ptr.as_ptr().cast(),
+                len as usize * core::mem::size_of::<T>(),
+            )
+        };
+        return;
+    }
+    let slice = core::ptr::slice_from_raw_parts_mut(ptr.as_ptr(), len as usize);
+    // SAFETY: (caller) a leaked `Box<[T]>` of length `len`.
+    drop(unsafe { Box::from_raw(slice) });
+}
+
+/// An owned, zero-initialised array for the simulator's own tables (the LL's rows): like a
+/// `Box<[T]>`, but a large one gets a mapping of its own with transparent huge pages (see
+/// `HUGE_TAGS_MIN_BYTES`).
+pub(crate) struct ZeroedArray<T: ZeroIsValid> {
+    ptr: NonNull<T>,
+    len: u64,
+    mapped: bool,
+}
+
+impl<T: ZeroIsValid> ZeroedArray<T> {
+    /// `len` zeros; `None` if the size overflows or memory is exhausted.
+    pub(crate) fn new(len: u64) -> Option<Self> {
+        let (ptr, mapped) = alloc_zeroed::<T>(len, false)?;
+        Some(ZeroedArray { ptr, len, mapped })
+    }
+}
+
+impl<T: ZeroIsValid> core::ops::Deref for ZeroedArray<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` points to `len` initialised `T`s owned by `self`; the shared borrow
+        // of `self` excludes `deref_mut` for the slice's lifetime.
+        unsafe { core::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
+    }
+}
+
+impl<T: ZeroIsValid> core::ops::DerefMut for ZeroedArray<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, and `&mut self` guarantees no other borrow exists.
+        unsafe { core::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len as usize) }
+    }
+}
+
+impl<T: ZeroIsValid> Clone for ZeroedArray<T> {
+    fn clone(&self) -> Self {
+        let Some(mut copy) = ZeroedArray::new(self.len) else {
+            // `new` allocated this size already; only memory exhaustion gets here.
+            std::alloc::handle_alloc_error(std::alloc::Layout::new::<T>());
+        };
+        copy.copy_from_slice(self);
+        copy
+    }
+}
+
+impl<T: ZeroIsValid> Drop for ZeroedArray<T> {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len`/`mapped` came from `alloc_zeroed` in `new`, freed only here.
+        unsafe { free_zeroed(self.ptr, self.len, self.mapped) };
+    }
+}
+
+// SAFETY: a ZeroedArray uniquely owns its allocation, like a Box<[T]> of plain integers.
+unsafe impl<T: ZeroIsValid + Send> Send for ZeroedArray<T> {}
+// SAFETY: `&ZeroedArray` only gives read access, like `&Box<[T]>`.
+unsafe impl<T: ZeroIsValid + Sync> Sync for ZeroedArray<T> {}
 
 // SAFETY: a FlatCache uniquely owns its tag allocation (like a Box<[u64]>), and the pointer
 // is not shared with another FlatCache, so moving it to another thread moves the ownership.
@@ -141,7 +227,7 @@ impl FlatCache {
         }
         let len = sets.checked_mul(assoc)?;
         let row_bytes = assoc.checked_mul(8)?;
-        let (tags, mapped) = alloc_tags(len)?;
+        let (tags, mapped) = alloc_zeroed::<u64>(len, true)?;
         Some(FlatCache {
             tags,
             set_mask: sets - 1,
@@ -196,7 +282,7 @@ impl FlatCache {
 impl Clone for FlatCache {
     /// A deep copy: a new tag array with the same contents (e.g. for a forked child).
     fn clone(&self) -> Self {
-        let Some((tags, mapped)) = alloc_tags(self.len) else {
+        let Some((tags, mapped)) = alloc_zeroed::<u64>(self.len, true) else {
             // `new` allocated this size already; only memory exhaustion gets here.
             std::alloc::handle_alloc_error(std::alloc::Layout::new::<u64>());
         };
@@ -212,16 +298,9 @@ impl Clone for FlatCache {
 
 impl Drop for FlatCache {
     fn drop(&mut self) {
-        if self.mapped {
-            // SAFETY: `tags` is the start of a mapping of `len * 8` bytes made in
-            // `alloc_tags`, unmapped only here, once; nothing refers to it after `drop`.
-            unsafe { libc::munmap(self.tags.as_ptr().cast(), self.len as usize * 8) };
-            return;
-        }
-        let slice = core::ptr::slice_from_raw_parts_mut(self.tags.as_ptr(), self.len as usize);
-        // SAFETY: `tags`/`len` came from a leaked `Box<[u64]>` of length `len` in
-        // `alloc_tags` and are freed only here, once.
-        drop(unsafe { Box::from_raw(slice) });
+        // SAFETY: `tags`/`len`/`mapped` came from `alloc_zeroed::<u64>` in `new` or `clone`
+        // and are freed only here, once; nothing refers to the array after `drop`.
+        unsafe { free_zeroed(self.tags, self.len, self.mapped) };
     }
 }
 

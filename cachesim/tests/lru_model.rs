@@ -5,7 +5,7 @@
 use cachesim::raw::{
     cachesim_data, cachesim_fetch, cachesim_ll_after_l1_miss, l1_lookup_raw, mru_hit_raw,
 };
-use cachesim::{Cache, CacheGeometry, CacheLevel, Hierarchy, Outcome};
+use cachesim::{Cache, CacheGeometry, Hierarchy, L1Level, Outcome};
 use proptest::prelude::*;
 
 /// Naive LRU cache: `sets[s]` lists resident lines, most recently used first, starting as
@@ -116,8 +116,8 @@ proptest! {
         // Drive the hierarchy the way generated code does: inline check through the raw
         // flat layout, then the extern "C" slow path.
         let hp = Box::into_raw(h);
-        let flat_i = Hierarchy::flat_ptr_of(hp, CacheLevel::I1);
-        let flat_d = Hierarchy::flat_ptr_of(hp, CacheLevel::D1);
+        let flat_i = Hierarchy::flat_ptr_of(hp, L1Level::I1);
+        let flat_d = Hierarchy::flat_ptr_of(hp, L1Level::D1);
         for (is_fetch, addr, size) in trace {
             let size = size.clamp(1, min_line);
             let (l1, flat) = if is_fetch { (&mut mi, flat_i) } else { (&mut md, flat_d) };
@@ -143,10 +143,13 @@ proptest! {
         }
         // SAFETY: `hp` came from Box::into_raw and is not used after this.
         let h = unsafe { Box::from_raw(hp) };
-        for (cache, model) in [(h.i1(), &mi), (h.d1(), &md), (h.ll(), &ml)] {
-            let rows: Vec<Vec<u64>> = cache
-                .tags()
-                .chunks(cache.geometry().assoc as usize)
+        for (tags, geometry, model) in [
+            (h.i1().tags().to_vec(), i1, &mi),
+            (h.d1().tags().to_vec(), d1, &md),
+            (h.ll().tags(), ll, &ml),
+        ] {
+            let rows: Vec<Vec<u64>> = tags
+                .chunks(geometry.assoc as usize)
                 .map(|r| r.to_vec())
                 .collect();
             prop_assert_eq!(&rows, &model.sets);
@@ -166,8 +169,8 @@ proptest! {
         // straddles go to the full slow path; a single-line access checks the MRU way, then
         // scans and updates the L1 set itself, and calls the LL-only path on an L1 miss.
         let hp = Box::into_raw(h);
-        let flat_i = Hierarchy::flat_ptr_of(hp, CacheLevel::I1);
-        let flat_d = Hierarchy::flat_ptr_of(hp, CacheLevel::D1);
+        let flat_i = Hierarchy::flat_ptr_of(hp, L1Level::I1);
+        let flat_d = Hierarchy::flat_ptr_of(hp, L1Level::D1);
         for (is_fetch, addr, size) in trace {
             let size = size.clamp(1, min_line);
             let (l1, flat, line_size) = if is_fetch {
@@ -206,10 +209,13 @@ proptest! {
         }
         // SAFETY: `hp` came from Box::into_raw and is not used after this.
         let h = unsafe { Box::from_raw(hp) };
-        for (cache, model) in [(h.i1(), &mi), (h.d1(), &md), (h.ll(), &ml)] {
-            let rows: Vec<Vec<u64>> = cache
-                .tags()
-                .chunks(cache.geometry().assoc as usize)
+        for (tags, geometry, model) in [
+            (h.i1().tags().to_vec(), i1, &mi),
+            (h.d1().tags().to_vec(), d1, &md),
+            (h.ll().tags(), ll, &ml),
+        ] {
+            let rows: Vec<Vec<u64>> = tags
+                .chunks(geometry.assoc as usize)
                 .map(|r| r.to_vec())
                 .collect();
             prop_assert_eq!(&rows, &model.sets);

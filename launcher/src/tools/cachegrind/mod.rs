@@ -21,7 +21,7 @@ pub mod modules;
 pub mod options;
 pub mod summary;
 
-use cachesim::{BranchPredictor, CacheLevel, Hierarchy};
+use cachesim::{BranchPredictor, CacheLevel, Hierarchy, L1Level};
 use dbt_core::tool::{
     AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
     InsnView, Instrumenter, LlHitCount, MruCache, RepKind, Tool,
@@ -219,8 +219,8 @@ pub(crate) fn build_caches(
     let hier = Box::into_raw(h);
     Ok(SimCaches {
         hier,
-        i1: mru(Hierarchy::flat_ptr_of(hier, CacheLevel::I1)),
-        d1: mru(Hierarchy::flat_ptr_of(hier, CacheLevel::D1)),
+        i1: mru(Hierarchy::flat_ptr_of(hier, L1Level::I1)),
+        d1: mru(Hierarchy::flat_ptr_of(hier, L1Level::D1)),
         ll_mru,
         whole_lines,
         min_line,
