@@ -150,6 +150,14 @@ pub struct ThreadContext {
     pub helper_step_resume: u64,
     pub instr_flags: u64,
     pub instr_scratch: [u64; 6],
+    /// The guest rsp while a shared cache-scan routine runs on `scan_stack`
+    /// (`instrument::emit::enter_shared_scan`).
+    pub scan_saved_rsp: u64,
+    /// The address just past `scan_stack`.
+    pub scan_stack_top: u64,
+    /// The shared scan routines' stack: it holds their return address (a `call` and `ret`,
+    /// whose return the CPU predicts, where one shared indirect jump back would not be).
+    pub scan_stack: [u64; 2],
     /// XSAVE image of the guest's x87/SSE/AVX/AVX-512 state while outside translated code.
     pub xsave_area: XsaveArea,
     pub ibl: [IblEntry; IBL_ENTRIES],
@@ -182,6 +190,9 @@ pub const OFF_HELPER_STEP_RESUME: usize = offset_of!(ThreadContext, helper_step_
 pub const OFF_STEPPING: usize = offset_of!(ThreadContext, stepping);
 pub const OFF_INSTR_FLAGS: usize = offset_of!(ThreadContext, instr_flags);
 pub const OFF_INSTR_SCRATCH: usize = offset_of!(ThreadContext, instr_scratch);
+pub const OFF_SCAN_SAVED_RSP: usize = offset_of!(ThreadContext, scan_saved_rsp);
+pub const OFF_SCAN_STACK_TOP: usize = offset_of!(ThreadContext, scan_stack_top);
+pub const OFF_SCAN_STACK: usize = offset_of!(ThreadContext, scan_stack);
 pub const OFF_XSAVE: usize = offset_of!(ThreadContext, xsave_area);
 pub const OFF_IBL: usize = offset_of!(ThreadContext, ibl);
 
@@ -219,6 +230,7 @@ impl ThreadContext {
         // while the thread lives.
         let ctx = unsafe { &mut *(p as *mut ThreadContext) };
         ctx.self_addr = p as u64;
+        ctx.scan_stack_top = p as u64 + (OFF_SCAN_STACK + size_of::<[u64; 2]>()) as u64;
         ctx.host_mxcsr = 0x1f80;
         ctx.exit_fn = crate::dispatch::exit_fn_addr();
         if !crate::instrument::helper::init_context(ctx) {

@@ -56,6 +56,8 @@ const HFN: i32 = OFF_HELPER_FN as i32;
 const HRET: i32 = OFF_HELPER_RET as i32;
 const TRAMP: i32 = OFF_HELPER_TRAMP as i32;
 const TRAMP_INT: i32 = OFF_HELPER_TRAMP_INT as i32;
+const SCAN_RSP: i32 = OFF_SCAN_SAVED_RSP as i32;
+const SCAN_TOP: i32 = OFF_SCAN_STACK_TOP as i32;
 
 const RAX: u8 = 0;
 const RCX: u8 = 1;
@@ -2785,7 +2787,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                     // shared routine, an indirect jump.
                     way1_hit(a, restore);
                 }
-                enter_shared_scan(a, after_miss.helper.arg0, routine, restore);
+                enter_shared_scan(a, after_miss.helper.arg0, routine);
                 dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
                 if !flags_dead {
                     restore_flags(a);
@@ -2994,7 +2996,7 @@ fn data_scan(
         .then(|| shared_data_scan(cache, after_miss))
         .flatten()
     {
-        Some(routine) => enter_shared_scan(a, after_miss.helper.arg0, routine, ret),
+        Some(routine) => enter_shared_scan(a, after_miss.helper.arg0, routine),
         None => scan_and_miss(a, cache, (after_miss, false), ret),
     }
     dynasm!(a ; .arch x64 ; =>ret);
@@ -3234,8 +3236,8 @@ const SHARED_MAP_BYTES: usize = 64 << 10;
 /// The shared way scan and miss path for the checks of `cache` with `after_miss` (data
 /// accesses and fetches within one line)
 /// (the LL hit counted at `arg0`, or Callgrind's cost-centre slot), emitted on first use. Entered with rax = the
-/// line, rcx = its set row, `gs:[ARG0]` = the helper's `arg0` and `gs:[HRET]` = where to go
-/// back; rdx and the flags are free. Leaves rax and rcx as `l1_scan` does, or as the helper
+/// line, rcx = its set row and `gs:[ARG0]` = the helper's `arg0`, by a `call` on the thread's
+/// scan stack (`enter_shared_scan`), and returns with `ret`; rdx and the flags are free. Leaves rax and rcx as `l1_scan` does, or as the helper
 /// call leaves them. `None` where the check keeps its own copy (helpers that need the vector
 /// state, no memory for code).
 fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
@@ -3289,28 +3291,30 @@ fn data_scan_routine(cache: MruCache, after_miss: AfterMiss, at: u64) -> Option<
     let mut a = Asm::new(at as usize);
     let hit = a.new_dynamic_label();
     scan_and_miss(&mut a, cache, (after_miss, true), hit);
-    dynasm!(a ; .arch x64 ; =>hit ; gs jmp QWORD [HRET]);
+    dynasm!(a ; .arch x64 ; =>hit ; ret);
     a.finalize().ok()
 }
 
-/// Jumps to a shared scan routine (`shared_data_scan`) with rax = the line and rcx = its
-/// row as it expects them; it comes back to `back` with rdx and the flags clobbered.
-fn enter_shared_scan(a: &mut Asm, arg0: u64, routine: u64, back: DynamicLabel) {
+/// Calls a shared scan routine (`shared_data_scan`) with rax = the line and rcx = its row as
+/// it expects them, on the thread's scan stack (the guest's stays untouched); it comes back
+/// to the code after this with rdx and the flags clobbered.
+fn enter_shared_scan(a: &mut Asm, arg0: u64, routine: u64) {
     dynasm!(a
         ; .arch x64
         ; mov rdx, QWORD arg0 as i64
         ; gs mov QWORD [ARG0], rdx
-        ; lea rdx, [=>back]
-        ; gs mov QWORD [HRET], rdx
+        ; gs mov QWORD [SCAN_RSP], rsp
+        ; gs mov rsp, QWORD [SCAN_TOP]
         ; mov rdx, QWORD routine as i64
-        ; jmp rdx
+        ; call rdx
+        ; gs mov rsp, QWORD [SCAN_RSP]
     );
 }
 
 /// The L1 lookup of a line past its MRU way (rax = the line, rcx = its row) and on a miss
 /// the LL part (`after_miss`), ending at `done` (the helper returns there through
-/// `gs:[HRET]`). In a shared routine (`in_routine`) the helper's `arg0` and way back are
-/// the caller's, in `gs:[ARG0]` and `gs:[HRET]`.
+/// `gs:[HRET]`). In a shared routine (`in_routine`) the helper's `arg0` is the caller's, in
+/// `gs:[ARG0]`, and `done` is the routine's `ret`.
 fn scan_and_miss(
     a: &mut Asm,
     cache: MruCache,
@@ -3346,7 +3350,10 @@ fn scan_and_miss(
         ; gs mov QWORD [ARG2], rax
         ; mov rax, QWORD f
         ; gs mov QWORD [HFN], rax
-        // The trampoline goes back to `gs:[HRET]`, the caller's.
+        // The trampoline comes back to `done`, the routine's `ret`, with rsp on the scan
+        // stack again.
+        ; lea rax, [=>done]
+        ; gs mov QWORD [HRET], rax
         ; gs jmp QWORD [TRAMP_INT]
     );
 }
