@@ -80,6 +80,26 @@ fn accesses() -> impl Strategy<Value = Vec<(u64, u64)>> {
     prop::collection::vec((0u64..16384, 0u64..80), 1..400)
 }
 
+/// Every level's tags, set by set, equal its model's (I1, D1, LL).
+fn final_state_matches(
+    h: &Hierarchy,
+    levels: [(CacheGeometry, &Model); 3],
+) -> Result<(), TestCaseError> {
+    let tags = [
+        h.i1().tags().to_vec(),
+        h.d1().tags().to_vec(),
+        h.ll().tags(),
+    ];
+    for (tags, (geometry, model)) in tags.iter().zip(levels) {
+        let rows: Vec<Vec<u64>> = tags
+            .chunks(geometry.assoc as usize)
+            .map(|r| r.to_vec())
+            .collect();
+        prop_assert_eq!(&rows, &model.sets);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -143,17 +163,7 @@ proptest! {
         }
         // SAFETY: `hp` came from Box::into_raw and is not used after this.
         let h = unsafe { Box::from_raw(hp) };
-        for (tags, geometry, model) in [
-            (h.i1().tags().to_vec(), i1, &mi),
-            (h.d1().tags().to_vec(), d1, &md),
-            (h.ll().tags(), ll, &ml),
-        ] {
-            let rows: Vec<Vec<u64>> = tags
-                .chunks(geometry.assoc as usize)
-                .map(|r| r.to_vec())
-                .collect();
-            prop_assert_eq!(&rows, &model.sets);
-        }
+        final_state_matches(&h, [(i1, &mi), (d1, &md), (ll, &ml)])?;
     }
     #[test]
     fn inline_l1_lookup_then_ll_matches_model(
@@ -209,16 +219,6 @@ proptest! {
         }
         // SAFETY: `hp` came from Box::into_raw and is not used after this.
         let h = unsafe { Box::from_raw(hp) };
-        for (tags, geometry, model) in [
-            (h.i1().tags().to_vec(), i1, &mi),
-            (h.d1().tags().to_vec(), d1, &md),
-            (h.ll().tags(), ll, &ml),
-        ] {
-            let rows: Vec<Vec<u64>> = tags
-                .chunks(geometry.assoc as usize)
-                .map(|r| r.to_vec())
-                .collect();
-            prop_assert_eq!(&rows, &model.sets);
-        }
+        final_state_matches(&h, [(i1, &mi), (d1, &md), (ll, &ml)])?;
     }
 }
