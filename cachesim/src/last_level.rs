@@ -6,7 +6,7 @@
 //! * `mru`: each set's MRU line (full line number, `u64`), which generated code reads to count
 //!   an L1 miss that hits LL's MRU way inline ([`LastLevel::mru_tags_ptr`]). A lookup that
 //!   finds its line there changes nothing and reads nothing else.
-//! * `rows`: every set's ways, MRU first, as [`crate::Cache`]'s tags but *narrow*: a line's
+//! * `narrow`: every set's ways, MRU first, as [`crate::Cache`]'s tags but *narrow*: a line's
 //!   set bits are implied by its row, so a way holds `(line >> set_bits) + 1` in a `u32`
 //!   (half the bytes per row: the simulator's cost on LL-bound programs is reading rows from
 //!   host memory). `0` stands for Valgrind's start tag 0 in every set but 0, where it can
@@ -15,7 +15,8 @@
 //!   line_bits + set_bits)`, e.g. in the kernel's half) switches the cache to full `u64`
 //!   tags for the rest of the run (`wide`); the results are the same either way. The wide
 //!   array is made with the narrow one, so that the switch, which runs inside the
-//!   simulator's slow path, allocates nothing; untouched, it takes no memory.
+//!   simulator's slow path, allocates nothing; a large one is a mapping of its own, whose
+//!   pages take no memory until the switch writes them.
 //!
 //! # Invariants
 //! * `mru[s]` is always way 0 of set `s`'s row, decoded.

@@ -3234,12 +3234,12 @@ pub(crate) fn map_shared_scans() {
 const SHARED_MAP_BYTES: usize = 64 << 10;
 
 /// The shared way scan and miss path for the checks of `cache` with `after_miss` (data
-/// accesses and fetches within one line)
-/// (the LL hit counted at `arg0`, or Callgrind's cost-centre slot), emitted on first use. Entered with rax = the
-/// line, rcx = its set row and `gs:[ARG0]` = the helper's `arg0`, by a `call` on the thread's
-/// scan stack (`enter_shared_scan`), and returns with `ret`; rdx and the flags are free. Leaves rax and rcx as `l1_scan` does, or as the helper
-/// call leaves them. `None` where the check keeps its own copy (helpers that need the vector
-/// state, no memory for code).
+/// accesses and fetches within one line; the LL hit counted at `arg0`, or Callgrind's
+/// cost-centre slot), emitted on first use. Entered with rax = the line, rcx = its set row
+/// and `gs:[ARG0]` = the helper's `arg0`, by a `call` on the thread's scan stack
+/// (`enter_shared_scan`); returns with `ret`; rdx and the flags are free. Leaves rax and rcx
+/// as `l1_scan` does, or as the helper call leaves them. `None` where the check keeps its own
+/// copy (helpers that need the vector state, no memory for code).
 fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
     // Callgrind's count of an LL hit goes to the running cost centre's miss slot of the
     // instruction, which the routine finds from its helper's `arg0` (`index << 8 | slot`).
