@@ -2783,8 +2783,8 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                     ; mov rax, QWORD first as i64
                 );
                 if cache.assoc >= 2 {
-                    // Way 1 here (most scans end there), without the way back from the
-                    // shared routine, an indirect jump.
+                    // Way 1 here (most scans end there), without the call into the shared
+                    // routine, which starts past way 1.
                     way1_hit(a, restore);
                 }
                 enter_shared_scan(a, after_miss.helper.arg0, routine);
@@ -3311,9 +3311,9 @@ fn enter_shared_scan(a: &mut Asm, arg0: u64, routine: u64) {
     );
 }
 
-/// The L1 lookup of a line past its MRU way (rax = the line, rcx = its row) and on a miss
-/// the LL part (`after_miss`), ending at `done` (the helper returns there through
-/// `gs:[HRET]`). In a shared routine (`in_routine`) the helper's `arg0` is the caller's, in
+/// The L1 lookup of a line past its MRU way and way 1, which every caller tests first (rax =
+/// the line, rcx = its row), and on a miss the LL part (`after_miss`), ending at `done` (the
+/// helper returns there through `gs:[HRET]`). In a shared routine (`in_routine`) the helper's `arg0` is the caller's, in
 /// `gs:[ARG0]`, and `done` is the routine's `ret`.
 fn scan_and_miss(
     a: &mut Asm,
@@ -3322,7 +3322,7 @@ fn scan_and_miss(
     done: DynamicLabel,
 ) {
     let miss = a.new_dynamic_label();
-    l1_scan(a, cache, done, miss);
+    l1_scan_past_way1(a, cache, done, miss);
     // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
     dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
     if let Some(ll) = after_miss.ll_mru {
@@ -3391,12 +3391,19 @@ fn way1_hit(a: &mut Asm, hit: DynamicLabel) {
 /// sequence at the move into way `k`, and the zero flag of the last compare, which no `mov`
 /// changes, tells the two apart after the install.
 fn l1_scan(a: &mut Asm, cache: MruCache, hit: DynamicLabel, miss: DynamicLabel) {
+    if cache.assoc >= 2 {
+        way1_hit(a, hit);
+    }
+    l1_scan_past_way1(a, cache, hit, miss);
+}
+
+/// `l1_scan` for a line that its caller already found not to be in way 1.
+fn l1_scan_past_way1(a: &mut Asm, cache: MruCache, hit: DynamicLabel, miss: DynamicLabel) {
     let assoc = cache.assoc as i32;
     if assoc <= 1 {
         dynasm!(a ; .arch x64 ; mov QWORD [rcx], rax ; jmp =>miss);
         return;
     }
-    way1_hit(a, hit);
     if assoc >= 3 {
         let not2 = a.new_dynamic_label();
         dynasm!(a
@@ -3540,7 +3547,6 @@ fn is_prefix(b: u8) -> bool {
     )
 }
 
-/// `lahf; seto al; mov gs:[instr_flags], rax` (rax already saved).
 /// The lines a fetch of `len` bytes at `addr` touches in `cache`.
 fn fetched_lines(cache: MruCache, addr: u64, len: u32) -> FetchedLines {
     let last = addr + u64::from(len.max(1)) - 1;
@@ -3552,6 +3558,7 @@ fn fetched_lines(cache: MruCache, addr: u64, len: u32) -> FetchedLines {
     }
 }
 
+/// `lahf; seto al; mov gs:[instr_flags], rax` (rax already saved).
 fn save_flags(a: &mut Asm) {
     a.extend([0x9f, 0x0f, 0x90, 0xc0]);
     dynasm!(a ; .arch x64 ; gs mov QWORD [FLAGS], rax);
