@@ -56,12 +56,13 @@ impl Clone for LastLevel {
     }
 }
 
-/// The full line number of narrow tag `narrow` in set `set`.
-fn decode(narrow: u32, set: u64, set_bits: u32) -> u64 {
-    match narrow {
+/// The full line numbers of narrow rows of `assoc` ways (the set is the row's index).
+fn decoded(narrow: &[u32], assoc: usize, set_bits: u32) -> impl Iterator<Item = u64> + '_ {
+    let assoc = assoc.max(1);
+    narrow.iter().enumerate().map(move |(i, &tag)| match tag {
         0 => 0,
-        tag => (u64::from(tag - 1) << set_bits) | set,
-    }
+        tag => (u64::from(tag - 1) << set_bits) | (i / assoc) as u64,
+    })
 }
 
 impl core::fmt::Debug for LastLevel {
@@ -116,7 +117,7 @@ impl LastLevel {
 
     /// One reference, exactly as [`crate::Cache::access`]: `true` on a miss.
     ///
-    /// Panic-free; allocates only the first time a line's narrow tag does not fit.
+    /// Panic- and allocation-free (it runs in the simulator's slow path).
     #[inline]
     pub fn access(&mut self, addr: u64, size: u64) -> bool {
         let line_size = u64::from(self.geometry.line_size);
@@ -156,9 +157,9 @@ impl LastLevel {
     /// vector registers are not saved around it.
     #[cold]
     fn widen(&mut self) {
-        let assoc = self.assoc.max(1);
-        for (i, (wide, &narrow)) in self.wide.iter_mut().zip(self.narrow.iter()).enumerate() {
-            *wide = decode(narrow, (i / assoc) as u64, self.set_bits);
+        let lines = decoded(&self.narrow, self.assoc, self.set_bits);
+        for (wide, line) in self.wide.iter_mut().zip(lines) {
+            *wide = line;
             core::hint::black_box(());
         }
         self.is_wide = true;
@@ -170,12 +171,7 @@ impl LastLevel {
         if self.is_wide {
             return self.wide.to_vec();
         }
-        let assoc = self.assoc.max(1);
-        let set_of = |i: usize| (i / assoc) as u64;
-        let decoded = self.narrow.iter().enumerate();
-        decoded
-            .map(|(i, &n)| decode(n, set_of(i), self.set_bits))
-            .collect()
+        decoded(&self.narrow, self.assoc, self.set_bits).collect()
     }
 
     /// The tags of the set that `addr` maps to, MRU first, as full line numbers.
