@@ -24,7 +24,7 @@
 
 use crate::cache::{access_lines, set_ref_is_miss};
 use crate::geometry::{CacheGeometry, CheckError};
-use crate::raw::ZeroedArray;
+use crate::raw::{as_tag_pairs, ZeroedArray};
 
 /// The unified last-level cache of a [`crate::Hierarchy`].
 pub struct LastLevel {
@@ -63,6 +63,32 @@ fn decoded(narrow: &[u32], assoc: usize, set_bits: u32) -> impl Iterator<Item = 
         0 => 0,
         tag => (u64::from(tag - 1) << set_bits) | (i / assoc) as u64,
     })
+}
+
+/// [`set_ref_is_miss`] for a narrow row whose way 0 is known not to hold `tag` (the MRU copy
+/// was compared first): two ways per `u64` word where the row is whole words, so that a row
+/// of 64 ways, which a lookup reading its last way shifts entirely, takes 32 loads and
+/// stores instead of 64. Integer registers only (the simulator's slow path may not touch
+/// vector registers): the loop exits early, which keeps the compiler from vectorising it.
+fn narrow_ref_is_miss(row: &mut [u32], tag: u32) -> bool {
+    let Some(words) = as_tag_pairs(row) else {
+        return set_ref_is_miss(row, tag);
+    };
+    // x86-64 is little-endian: a word's low half is the earlier (more recent) way.
+    let mut carried = u64::from(tag);
+    for word in words.iter_mut() {
+        let pair = *word;
+        if pair as u32 == tag {
+            *word = (pair & !u64::from(u32::MAX)) | carried;
+            return false;
+        }
+        *word = (pair << 32) | carried;
+        carried = pair >> 32;
+        if carried as u32 == tag {
+            return false;
+        }
+    }
+    true
 }
 
 impl core::fmt::Debug for LastLevel {
@@ -148,7 +174,7 @@ impl LastLevel {
         } else {
             self.narrow
                 .get_mut(range)
-                .is_none_or(|row| set_ref_is_miss(row, high as u32 + 1))
+                .is_none_or(|row| narrow_ref_is_miss(row, high as u32 + 1))
         }
     }
 
@@ -232,6 +258,26 @@ mod tests {
         same_as_cache(CacheGeometry::new(1 << 24, 16, 64), 0);
         same_as_cache(CacheGeometry::new(8192, 4, 32), 0);
         same_as_cache(CacheGeometry::new(6 << 20, 12, 128), 0);
+        same_as_cache(CacheGeometry::new(1 << 22, 64, 64), 0);
+        same_as_cache(CacheGeometry::new(3 << 12, 3, 64), 0);
+    }
+
+    #[test]
+    fn paired_ways_shift_as_single_ways_do() {
+        for assoc in [2usize, 3, 8, 64] {
+            let row: Vec<u32> = (0..assoc as u32).map(|way| 100 + way).collect();
+            // Every way but the MRU one (which the caller has compared), and a missing tag.
+            for tag in (101..100 + assoc as u32).chain([7]) {
+                let (mut paired, mut single) = (row.clone(), row.clone());
+                let miss = narrow_ref_is_miss(&mut paired, tag);
+                assert_eq!(
+                    miss,
+                    set_ref_is_miss(&mut single, tag),
+                    "{assoc} ways, {tag}"
+                );
+                assert_eq!(paired, single, "{assoc} ways, {tag}");
+            }
+        }
     }
 
     #[test]
