@@ -141,6 +141,17 @@ impl LastLevel {
         (self.mru.as_ptr(), 1)
     }
 
+    /// Where a lookup reads set `s`'s row: `(base, row_bytes)`, the row at `base + s *
+    /// row_bytes`. A hint for reading ahead (the rows move to another array if the cache
+    /// switches to full tags); generated code must not write there.
+    pub fn rows_ptr(&self) -> (*const u8, u64) {
+        if self.is_wide {
+            (self.wide.as_ptr().cast(), self.assoc as u64 * 8)
+        } else {
+            (self.narrow.as_ptr().cast(), self.assoc as u64 * 4)
+        }
+    }
+
     /// One reference, exactly as [`crate::Cache::access`]: `true` on a miss.
     ///
     /// Panic- and allocation-free (it runs in the simulator's slow path).

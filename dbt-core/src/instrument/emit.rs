@@ -3324,7 +3324,16 @@ fn scan_and_miss(
     let miss = a.new_dynamic_label();
     l1_scan_past_way1(a, cache, done, miss);
     // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
-    dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
+    // The guest's own access comes after the simulator's LL lookup, whose rows miss the
+    // host's caches as the guest's line may: asking for the line now overlaps the two.
+    dynasm!(a
+        ; .arch x64
+        ; =>miss
+        ; gs mov QWORD [IS3], rax
+        ; mov rdx, rax
+        ; shl rdx, cache.line_bits as i8
+        ; prefetcht0 [rdx]
+    );
     if let Some(ll) = after_miss.ll_mru {
         let call = a.new_dynamic_label();
         if ll.line_bits > cache.line_bits {
@@ -3332,6 +3341,18 @@ fn scan_and_miss(
         }
         ll_mru_hit(a, ll, (after_miss, in_routine), call, done);
         dynasm!(a ; .arch x64 ; =>call);
+        if let Some(rows) = after_miss.ll_rows {
+            // The row the helper reads next (rax = the LL line still): started while the
+            // MRU test's own load is in flight, as the branch to here is predicted.
+            dynasm!(a
+                ; .arch x64
+                ; mov rcx, QWORD ll.set_mask as i64
+                ; and rcx, rax
+                ; imul rcx, rcx, rows.row_bytes as i32
+                ; mov rdx, QWORD rows.base as i64
+                ; prefetcht0 [rdx + rcx]
+            );
+        }
     }
     dynasm!(a
         ; .arch x64

@@ -135,6 +135,14 @@ pub struct MruCache {
     pub assoc: u64,
 }
 
+/// The LL's tag rows as a prefetch hint: set `s`'s row starts at `base + s * row_bytes`.
+/// Only read ahead, never written by generated code, so a stale hint costs time, not counts.
+#[derive(Clone, Copy, Debug)]
+pub struct LlRows {
+    pub base: u64,
+    pub row_bytes: u64,
+}
+
 /// What an after-miss helper does for an L1 miss that hits in the LL (`AfterMiss::ll_mru`).
 #[derive(Clone, Copy, Debug)]
 pub enum LlHitCount {
@@ -165,6 +173,9 @@ pub struct AfterMiss {
     /// as `ll_hit` says — which must be all the helper does in that case — and skips the
     /// call. Requires `whole_lines`.
     pub ll_mru: Option<MruCache>,
+    /// Where the LL's rows lie (with `ll_mru`, whose set mask they share): the miss path
+    /// asks the host for the row the helper is about to read.
+    pub ll_rows: Option<LlRows>,
     /// How the helper counts an LL hit (with `ll_mru`).
     pub ll_hit: LlHitCount,
     /// An L1 line lies within one LL line, so the LL part of an access within one L1 line

@@ -24,7 +24,7 @@ pub mod summary;
 use cachesim::{BranchPredictor, CacheLevel, Hierarchy, L1Level};
 use dbt_core::tool::{
     AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
-    InsnView, Instrumenter, LlHitCount, MruCache, RepKind, Tool,
+    InsnView, Instrumenter, LlHitCount, LlRows, MruCache, RepKind, Tool,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -170,6 +170,8 @@ struct Caches {
     d1: MruCache,
     /// `AfterMiss::ll_mru` (`cg_ll` only counts an LL hit).
     ll_mru: Option<MruCache>,
+    /// `AfterMiss::ll_rows`.
+    ll_rows: Option<LlRows>,
     whole_lines: bool,
     min_line: u64,
     desc: Vec<String>,
@@ -183,6 +185,8 @@ pub(crate) struct SimCaches {
     pub d1: MruCache,
     /// The LL's MRU tags for `AfterMiss::ll_mru`; `None` when an L1 line can span LL lines.
     pub ll_mru: Option<MruCache>,
+    /// The LL's rows for `AfterMiss::ll_rows` (with `ll_mru`).
+    pub ll_rows: Option<LlRows>,
     /// `AfterMiss::whole_lines`: the LL line is no smaller than either L1 line.
     pub whole_lines: bool,
     /// The smallest line size (accesses are clamped to it).
@@ -216,12 +220,18 @@ pub(crate) fn build_caches(
         line_bits: ll.line_size.trailing_zeros(),
         assoc: ll_stride,
     });
+    let (rows, row_bytes) = h.ll().rows_ptr();
+    let ll_rows = whole_lines.then_some(LlRows {
+        base: rows as u64,
+        row_bytes,
+    });
     let hier = Box::into_raw(h);
     Ok(SimCaches {
         hier,
         i1: mru(Hierarchy::flat_ptr_of(hier, L1Level::I1)),
         d1: mru(Hierarchy::flat_ptr_of(hier, L1Level::D1)),
         ll_mru,
+        ll_rows,
         whole_lines,
         min_line,
         geometry: [resolved.i1, resolved.d1, resolved.ll],
@@ -284,6 +294,7 @@ impl Cachegrind {
                 i1: sim.i1,
                 d1: sim.d1,
                 ll_mru: sim.ll_mru,
+                ll_rows: sim.ll_rows,
                 whole_lines: sim.whole_lines,
                 min_line: sim.min_line,
                 desc: vec![
@@ -558,6 +569,7 @@ impl Tool for Cachegrind {
                     let after_miss = AfterMiss {
                         helper: Helper { func: cg_ll, ..h },
                         ll_mru: c.ll_mru,
+                        ll_rows: c.ll_rows,
                         ll_hit: LlHitCount::Arg0,
                         whole_lines: c.whole_lines,
                     };
@@ -582,6 +594,7 @@ impl Tool for Cachegrind {
                         let after_miss = AfterMiss {
                             helper: Helper { func: cg_ll, ..h },
                             ll_mru: c.ll_mru,
+                            ll_rows: c.ll_rows,
                             ll_hit: LlHitCount::Arg0,
                             whole_lines: c.whole_lines,
                         };

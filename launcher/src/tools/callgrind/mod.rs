@@ -48,7 +48,7 @@ use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
 use dbt_core::fast_hash::{FastMap, FastSet};
 use dbt_core::tool::{
     AfterMiss, BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, InlineJump,
-    Instrumenter, MruCache, RepKind, Tool,
+    Instrumenter, LlRows, MruCache, RepKind, Tool,
 };
 use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
 use options::SysTime;
@@ -319,6 +319,8 @@ struct Caches {
     whole_lines: bool,
     /// `AfterMiss::ll_mru`.
     ll_mru: Option<MruCache>,
+    /// `AfterMiss::ll_rows`.
+    ll_rows: Option<LlRows>,
     min_line: u64,
     geometry: [CacheGeometry; 3],
 }
@@ -389,6 +391,7 @@ impl Callgrind {
                 d1: sim.d1,
                 whole_lines: sim.whole_lines,
                 ll_mru: sim.ll_mru,
+                ll_rows: sim.ll_rows,
                 min_line: sim.min_line,
                 geometry: sim.geometry,
             })
@@ -676,6 +679,7 @@ impl Callgrind {
                     let after_miss = AfterMiss {
                         helper: Helper { func: clg_ll, ..h },
                         ll_mru: c.ll_mru,
+                        ll_rows: c.ll_rows,
                         ll_hit: runtime::ll_hit_count(i, SLOT_I1MR),
                         whole_lines: c.whole_lines,
                     };
@@ -694,6 +698,7 @@ impl Callgrind {
                         let after_miss = AfterMiss {
                             helper: Helper { func: clg_ll, ..h },
                             ll_mru: c.ll_mru,
+                            ll_rows: c.ll_rows,
                             ll_hit: runtime::ll_hit_count(i, slot),
                             whole_lines: c.whole_lines,
                         };
