@@ -88,8 +88,16 @@ pub fn finish(reason: FiniReason) {
         c.tool.fini(reason);
         if let Ok(dir) = std::env::var("RGRIND_DUMP_CACHE") {
             // Debugging aid (ARCHITECTURE.md): the translations, for offline disassembly.
-            if let Err(e) = c.cache.dump_chunks(std::path::Path::new(&dir)) {
-                eprintln!("--rgrind-- cannot dump the code cache to {dir}: {e}");
+            let dir = std::path::Path::new(&dir);
+            let dumped = c
+                .cache
+                .dump_chunks(dir)
+                .and_then(|()| crate::instrument::dump_shared_scans(dir));
+            if let Err(e) = dumped {
+                eprintln!(
+                    "--rgrind-- cannot dump the code cache to {}: {e}",
+                    dir.display()
+                );
             }
         }
         if c.stats {

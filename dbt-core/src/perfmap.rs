@@ -53,6 +53,10 @@ pub fn publish(host: u64, len: usize) {
             ));
         }
     }
+    append(&text);
+}
+
+fn append(text: &str) {
     let mut f = FILE.lock().unwrap_or_else(|p| p.into_inner());
     if f.is_none() {
         let path = format!("/tmp/perf-{}.map", std::process::id());
@@ -62,6 +66,14 @@ pub fn publish(host: u64, len: usize) {
         // A debugging aid: a failed write only loses names in the profile.
         let _ = file.write_all(text.as_bytes());
     }
+}
+
+/// Code of `len` bytes at `host` outside any translation (a shared routine): one region.
+pub fn publish_one(host: u64, len: usize, name: &'static str) {
+    if !enabled() {
+        return;
+    }
+    append(&format!("{host:x} {len:x} rgrind:{name}\n"));
 }
 
 /// Drops the marks of a translation that was abandoned.

@@ -2773,7 +2773,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             // Within one line the LL part of the fetch is that of the line's first byte
             // (`whole_lines`), which is what the shared routine passes on.
             let shared = (shared && !straddle && after_miss.whole_lines)
-                .then(|| shared_data_scan(cache, after_miss))
+                .then(|| shared_data_scan(cache, after_miss, GuestLine::Code))
                 .flatten();
             if let Some(routine) = shared {
                 let row = cache.tags + (first & cache.set_mask) * cache.assoc * 8;
@@ -2993,11 +2993,11 @@ fn data_scan(
         ; add rcx, cache.tags as i32
     );
     match shared
-        .then(|| shared_data_scan(cache, after_miss))
+        .then(|| shared_data_scan(cache, after_miss, GuestLine::Data))
         .flatten()
     {
         Some(routine) => enter_shared_scan(a, after_miss.helper.arg0, routine),
-        None => scan_and_miss(a, cache, (after_miss, false), ret),
+        None => scan_and_miss(a, cache, (after_miss, false), GuestLine::Data, ret),
     }
     dynasm!(a ; .arch x64 ; =>ret);
     restore_to(a, true, back);
@@ -3197,8 +3197,11 @@ struct SharedScans {
     /// The free part of the current mapping.
     next: u64,
     end: u64,
-    /// (cache tags, helper, LL tags, 0 or Callgrind's cost-centre base) -> routine.
-    routines: std::collections::HashMap<(u64, u64, u64, u64), u64>,
+    /// (cache tags, helper, LL tags, 0 or Callgrind's cost-centre base, what the line
+    /// holds) -> routine.
+    routines: std::collections::HashMap<(u64, u64, u64, u64, GuestLine), u64>,
+    /// Every mapping's start, the current one last (for `dump_shared_scans`).
+    maps: Vec<u64>,
 }
 
 static SHARED_SCANS: std::sync::Mutex<Option<SharedScans>> = std::sync::Mutex::new(None);
@@ -3208,6 +3211,7 @@ impl Default for SharedScans {
     fn default() -> SharedScans {
         let base = crate::cache::map_shared_code(SHARED_MAP_BYTES).unwrap_or(0);
         SharedScans {
+            maps: vec![base],
             next: base,
             end: base
                 + if base == 0 {
@@ -3230,6 +3234,30 @@ pub(crate) fn map_shared_scans() {
         .get_or_insert_with(SharedScans::default);
 }
 
+/// Debugging aid (`RGRIND_DUMP_CACHE`): writes the used part of each mapping of shared
+/// routines to `dir/chunk-<address>.bin`, as the code cache's chunks are written.
+pub(crate) fn dump_shared_scans(dir: &std::path::Path) -> std::io::Result<()> {
+    let shared = SHARED_SCANS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(shared) = shared.as_ref() else {
+        return Ok(());
+    };
+    for (k, &base) in shared.maps.iter().enumerate() {
+        if base == 0 {
+            continue;
+        }
+        let used = if k + 1 == shared.maps.len() {
+            shared.next - base
+        } else {
+            SHARED_MAP_BYTES as u64
+        };
+        // SAFETY: [base, base + used) of a live shared mapping is written code (the rest
+        // of a full mapping is zero-filled, still readable); mappings are never unmapped.
+        let bytes = unsafe { core::slice::from_raw_parts(base as *const u8, used as usize) };
+        std::fs::write(dir.join(format!("chunk-{base:x}.bin")), bytes)?;
+    }
+    Ok(())
+}
+
 /// Bytes mapped at a time for shared routines.
 const SHARED_MAP_BYTES: usize = 64 << 10;
 
@@ -3240,7 +3268,7 @@ const SHARED_MAP_BYTES: usize = 64 << 10;
 /// (`enter_shared_scan`); returns with `ret`; rdx and the flags are free. Leaves rax and rcx
 /// as `l1_scan` does, or as the helper call leaves them. `None` where the check keeps its own
 /// copy (helpers that need the vector state, no memory for code).
-fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
+fn shared_data_scan(cache: MruCache, after_miss: AfterMiss, line: GuestLine) -> Option<u64> {
     // Callgrind's count of an LL hit goes to the running cost centre's miss slot of the
     // instruction, which the routine finds from its helper's `arg0` (`index << 8 | slot`).
     let kind = match after_miss.ll_hit {
@@ -3260,19 +3288,21 @@ fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
         after_miss.helper.func as usize as u64,
         after_miss.ll_mru.map_or(0, |l| l.tags),
         kind,
+        line,
     );
     let mut shared = SHARED_SCANS.lock().unwrap_or_else(|p| p.into_inner());
     let shared = shared.get_or_insert_with(SharedScans::default);
     if let Some(&at) = shared.routines.get(&key) {
         return Some(at);
     }
-    let code = data_scan_routine(cache, after_miss, shared.next)?;
+    let code = data_scan_routine(cache, after_miss, line, shared.next)?;
     let code = if shared.next + code.len() as u64 <= shared.end {
         code
     } else {
         let base = crate::cache::map_shared_code(SHARED_MAP_BYTES)?;
         (shared.next, shared.end) = (base, base + SHARED_MAP_BYTES as u64);
-        data_scan_routine(cache, after_miss, base)?
+        shared.maps.push(base);
+        data_scan_routine(cache, after_miss, line, base)?
     };
     let at = shared.next;
     if code.len() > (shared.end - at) as usize {
@@ -3281,18 +3311,33 @@ fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
     // SAFETY: `at..at + len` is unused space of a writable code mapping (`map_shared_code`);
     // nothing jumps there before this routine is returned.
     unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, code.len()) };
+    crate::perfmap::publish_one(at, code.len(), "shared-scan");
     shared.next = (at + code.len() as u64 + 63) & !63;
     shared.routines.insert(key, at);
     Some(at)
 }
 
 /// The code of `shared_data_scan`'s routine placed at `at`.
-fn data_scan_routine(cache: MruCache, after_miss: AfterMiss, at: u64) -> Option<Vec<u8>> {
+fn data_scan_routine(
+    cache: MruCache,
+    after_miss: AfterMiss,
+    line: GuestLine,
+    at: u64,
+) -> Option<Vec<u8>> {
     let mut a = Asm::new(at as usize);
     let hit = a.new_dynamic_label();
-    scan_and_miss(&mut a, cache, (after_miss, true), hit);
+    scan_and_miss(&mut a, cache, (after_miss, true), line, hit);
     dynasm!(a ; .arch x64 ; =>hit ; ret);
     a.finalize().ok()
+}
+
+/// What the guest does with the line a cache check looks up: the miss path asks the host for
+/// a data line (the guest's access follows the check) but not for a code line (the guest's
+/// code runs from its translation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum GuestLine {
+    Data,
+    Code,
 }
 
 /// Calls a shared scan routine (`shared_data_scan`) with rax = the line and rcx = its row as
@@ -3319,6 +3364,7 @@ fn scan_and_miss(
     a: &mut Asm,
     cache: MruCache,
     (after_miss, in_routine): (AfterMiss, bool),
+    line: GuestLine,
     done: DynamicLabel,
 ) {
     let miss = a.new_dynamic_label();
@@ -3326,14 +3372,15 @@ fn scan_and_miss(
     // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
     // The guest's own access comes after the simulator's LL lookup, whose rows miss the
     // host's caches as the guest's line may: asking for the line now overlaps the two.
-    dynasm!(a
-        ; .arch x64
-        ; =>miss
-        ; gs mov QWORD [IS3], rax
-        ; mov rdx, rax
-        ; shl rdx, cache.line_bits as i8
-        ; prefetcht0 [rdx]
-    );
+    dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
+    if line == GuestLine::Data {
+        dynasm!(a
+            ; .arch x64
+            ; mov rdx, rax
+            ; shl rdx, cache.line_bits as i8
+            ; prefetcht0 [rdx]
+        );
+    }
     if let Some(ll) = after_miss.ll_mru {
         let call = a.new_dynamic_label();
         if ll.line_bits > cache.line_bits {

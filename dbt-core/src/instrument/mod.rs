@@ -638,7 +638,7 @@ pub(crate) fn flags_transparent(view: &BlockView) -> Vec<bool> {
 
 /// The guest's rflags from the host's `efl` at a point where the arithmetic flags were held
 /// in `instr_flags` (`held`: rax after `lahf; seto al`): SF ZF AF PF CF from ah, OF from al.
-pub(crate) use emit::map_shared_scans;
+pub(crate) use emit::{dump_shared_scans, map_shared_scans};
 
 pub fn unstash_flags(efl: u64, held: u64) -> u64 {
     const LAHF_BITS: u64 = 0xd5; // SF ZF AF PF CF
