@@ -624,6 +624,7 @@ pub const GUEST_CASES: &[GuestCase] = &[
     gc("tiny", "tiny", &["1", "2"]),
     gc("branchy", "branchy", &[]),
     gc("dflag", "dflag", &[]),
+    gc("gotswap", "gotswap", &[]),
     gc("exit42", "exit", &["exit42"]),
     gc("return7", "exit", &["return7"]),
     gc("_exit3", "exit", &["_exit3"]),

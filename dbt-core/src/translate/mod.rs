@@ -358,6 +358,25 @@ impl Emitter {
         );
     }
 
+    /// Before the IBL (rdx = the target, rcx and rdx saved to S0/S1): a target equal to
+    /// `expected` leaves through a direct exit, which is linked to its translation like any
+    /// direct branch; any other falls through. Flag-free.
+    fn expect_target(&mut self, expected: u64) {
+        let other = self.ops.new_dynamic_label();
+        dynasm!(self.ops
+            ; .arch x64
+            ; mov rcx, QWORD expected.wrapping_neg() as i64
+            ; lea rcx, [rcx + rdx]
+            ; jrcxz >same
+            ; jmp =>other
+            ; same:
+            ; gs mov rcx, QWORD [S0]
+            ; gs mov rdx, QWORD [S1]
+        );
+        self.jmp_exit(ExitKind::Direct, expected);
+        dynasm!(self.ops ; .arch x64 ; =>other);
+    }
+
     /// `mov rdx, <operand 0 of insn>` for indirect jumps and calls, with RIP-relative
     /// operands resolved for this host address.
     fn load_target(&mut self, insn: &Instruction) -> Result<(), String> {
@@ -896,6 +915,9 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
             if insn.flow_control() == FlowControl::IndirectCall {
                 em.push_return_address(next);
             }
+            if let Some(expected) = got_target(insn) {
+                em.expect_target(expected);
+            }
             em.ibl();
             Ok(())
         }
@@ -928,6 +950,24 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
         }
         _ => Err(format!("unexpected flow control {:?}", insn.flow_control())),
     }
+}
+
+/// The target an indirect jump or call through a RIP-relative slot (a PLT stub's `jmp
+/// *GOT(%rip)`, `-fno-plt`'s `call *GOT(%rip)`) finds there now: a shared library's
+/// functions once the dynamic linker has bound them, which they stay. The slot is read
+/// again every time (the direct exit is taken only for this target), so it is a guess,
+/// not an assumption; a slot that still points just past the jump (lazy binding's first
+/// call) gives none.
+fn got_target(insn: &Instruction) -> Option<u64> {
+    if !insn.is_ip_rel_memory_operand() || insn.memory_size().size() != 8 {
+        return None;
+    }
+    let mut slot = [0u8; 8];
+    if crate::guest_mem::read(insn.ip_rel_memory_address(), &mut slot) != slot.len() {
+        return None;
+    }
+    let target = u64::from_le_bytes(slot);
+    (target != 0 && target.abs_diff(insn.next_ip()) > 16).then_some(target)
 }
 
 /// Instructions that save or restore the state components selected by EDX:EAX & XCR0.
