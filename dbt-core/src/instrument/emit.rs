@@ -2785,7 +2785,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 if cache.assoc >= 2 {
                     // Way 1 here (most scans end there), without the call into the shared
                     // routine, which starts past way 1.
-                    way1_hit(a, restore);
+                    way_hit(a, 1, restore);
                 }
 
                 enter_shared_scan(a, after_miss.helper.arg0, routine);
@@ -3445,41 +3445,23 @@ fn scan_and_miss(
 /// ones (rare user geometries: a 512-way D1 would take ~13 KB per check unrolled) loop.
 const UNROLLED_WAYS: u64 = 16;
 
-/// `l1_scan`'s first step (at least two ways): when rax, the line, is in way 1 of the row
-/// at rcx, swaps ways 0 and 1 and jumps to `hit`; else falls through. Clobbers rdx and the
-/// flags.
-fn way1_hit(a: &mut Asm, hit: DynamicLabel) {
-    let not1 = a.new_dynamic_label();
-    dynasm!(a
-        ; .arch x64
-        ; cmp rax, QWORD [rcx + 8]
-        ; jne =>not1
-        ; mov rdx, QWORD [rcx]
-        ; mov QWORD [rcx + 8], rdx
-        ; mov QWORD [rcx], rax
-        ; jmp =>hit
-        ; =>not1
-    );
-}
-
-/// `way1_hit` for way 2 (at least three ways, way 1 tested): moves ways 0 and 1 down. Only
-/// in the shared routine for fetches: inline in each fetch check's out-of-line part it made
-/// sqlite 9% slower (that part's bytes, next to the block's code), while for data checks
-/// the inline form (`data_way1`) made it 6% faster.
-fn way2_hit(a: &mut Asm, hit: DynamicLabel) {
-    let not2 = a.new_dynamic_label();
-    dynasm!(a
-        ; .arch x64
-        ; cmp rax, QWORD [rcx + 16]
-        ; jne =>not2
-        ; mov rdx, QWORD [rcx + 8]
-        ; mov QWORD [rcx + 16], rdx
-        ; mov rdx, QWORD [rcx]
-        ; mov QWORD [rcx + 8], rdx
-        ; mov QWORD [rcx], rax
-        ; jmp =>hit
-        ; =>not2
-    );
+/// One step of `l1_scan` (at least `way + 1` ways, the ways before `way` tested): when rax,
+/// the line, is in way `way` of the row at rcx, moves ways `0..way` down one, puts the line
+/// in way 0 and jumps to `hit`; else falls through. Clobbers rdx and the flags. Way 2 is
+/// tested here only in the shared routine for fetches: inline in each fetch check's
+/// out-of-line part it made sqlite 9% slower, while for data checks the inline form
+/// (`data_way1`) made it 6% faster.
+fn way_hit(a: &mut Asm, way: i32, hit: DynamicLabel) {
+    let other = a.new_dynamic_label();
+    dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx + 8 * way] ; jne =>other);
+    for k in (1..=way).rev() {
+        dynasm!(a
+            ; .arch x64
+            ; mov rdx, QWORD [rcx + 8 * (k - 1)]
+            ; mov QWORD [rcx + 8 * k], rdx
+        );
+    }
+    dynasm!(a ; .arch x64 ; mov QWORD [rcx], rax ; jmp =>hit ; =>other);
 }
 
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =
@@ -3495,7 +3477,7 @@ fn way2_hit(a: &mut Asm, hit: DynamicLabel) {
 /// changes, tells the two apart after the install.
 fn l1_scan(a: &mut Asm, cache: MruCache, hit: DynamicLabel, miss: DynamicLabel) {
     if cache.assoc >= 2 {
-        way1_hit(a, hit);
+        way_hit(a, 1, hit);
     }
     l1_scan_past_way1(a, cache, hit, miss);
 }
@@ -3508,7 +3490,7 @@ fn l1_scan_past_way1(a: &mut Asm, cache: MruCache, hit: DynamicLabel, miss: Dyna
         return;
     }
     if assoc >= 3 {
-        way2_hit(a, hit);
+        way_hit(a, 2, hit);
     }
     if cache.assoc > UNROLLED_WAYS {
         l1_scan_loop(a, assoc, hit, miss);
