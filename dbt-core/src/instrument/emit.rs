@@ -61,6 +61,7 @@ const SCAN_TOP: i32 = OFF_SCAN_STACK_TOP as i32;
 
 const RAX: u8 = 0;
 const RCX: u8 = 1;
+const RDX: u8 = 2;
 const RBX: u8 = 3;
 const RSP: u8 = 4;
 
@@ -2787,7 +2788,6 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                     // routine, which starts past way 1.
                     way_hit(a, 1, restore);
                 }
-
                 enter_shared_scan(a, after_miss.helper.arg0, routine);
                 dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
                 if !flags_dead {
@@ -2918,7 +2918,6 @@ fn enter_block(
 /// next line belongs to the next set). Otherwise falls through with everything as on entry.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
 fn data_way1(a: &mut Asm, cache: MruCache, (l, w): (u8, u8), back: DynamicLabel) {
-    const RDX: u8 = 2;
     let t = [RAX, RCX, RDX]
         .into_iter()
         .find(|&r| r != l && r != w)
@@ -2932,16 +2931,9 @@ fn data_way1(a: &mut Asm, cache: MruCache, (l, w): (u8, u8), back: DynamicLabel)
             ; jne =>rest
             ; gs mov QWORD [IS4], Rq(t)
         );
-        for k in (1..=way).rev() {
-            dynasm!(a
-                ; .arch x64
-                ; mov Rq(t), QWORD [Rq(w) + tg + 8 * (k - 1)]
-                ; mov QWORD [Rq(w) + tg + 8 * k], Rq(t)
-            );
-        }
+        move_to_front(a, way, (l, w, t), tg);
         dynasm!(a
             ; .arch x64
-            ; mov QWORD [Rq(w) + tg], Rq(l)
             ; gs mov Rq(t), QWORD [IS4]
             ; jmp =>back
             ; =>rest
@@ -2962,7 +2954,6 @@ fn data_scan(
     (l, w): (u8, u8),
     back: DynamicLabel,
 ) {
-    const RDX: u8 = 2;
     // rax, rcx and rdx are put back from their slots at the end (`restore_to`); those that
     // hold the line or row are the check's (dead, or saved by it already).
     let spare = |r: u8| r != l && r != w;
@@ -3454,14 +3445,22 @@ const UNROLLED_WAYS: u64 = 16;
 fn way_hit(a: &mut Asm, way: i32, hit: DynamicLabel) {
     let other = a.new_dynamic_label();
     dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx + 8 * way] ; jne =>other);
+    move_to_front(a, way, (RAX, RCX, RDX), 0);
+    dynasm!(a ; .arch x64 ; jmp =>hit ; =>other);
+}
+
+/// The LRU update of a hit in way `way` of the row at `row + disp` (registers `(line, row,
+/// tmp)`; `tmp` is clobbered): ways `0..way` move down one and the line goes to way 0.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn move_to_front(a: &mut Asm, way: i32, (line, row, tmp): (u8, u8, u8), disp: i32) {
     for k in (1..=way).rev() {
         dynasm!(a
             ; .arch x64
-            ; mov rdx, QWORD [rcx + 8 * (k - 1)]
-            ; mov QWORD [rcx + 8 * k], rdx
+            ; mov Rq(tmp), QWORD [Rq(row) + disp + 8 * (k - 1)]
+            ; mov QWORD [Rq(row) + disp + 8 * k], Rq(tmp)
         );
     }
-    dynasm!(a ; .arch x64 ; mov QWORD [rcx], rax ; jmp =>hit ; =>other);
+    dynasm!(a ; .arch x64 ; mov QWORD [Rq(row) + disp], Rq(line));
 }
 
 /// The way scan and LRU update after a failed MRU check (the flags are free): on entry rax =
