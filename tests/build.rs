@@ -79,6 +79,7 @@ const GUESTS: &[Guest] = &[
     g("cxxnames", "cxxnames.cpp", &[]),
     g("persona", "persona.c", &[]),
     g("addrloop", "addrloop.c", &[]),
+    g("straddle", "straddle.c", &[]),
     g("names-legacy", "names.rs", &[]),
     g(
         "names-v0",

@@ -2715,7 +2715,9 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             ) = (after_miss, line_row)
             {
                 data_way1(a, cache, line_row, back);
-                data_scan(a, cache, (am, shared), line_row, back);
+                if data_scan(a, cache, (helper, am, shared), line_row, back) {
+                    return Ok(());
+                }
                 // Only an access spanning two lines gets past it: the whole access by `helper`.
                 after_miss = None;
             }
@@ -2950,10 +2952,10 @@ fn data_way1(a: &mut Asm, cache: MruCache, (l, w): (u8, u8), back: DynamicLabel)
 fn data_scan(
     a: &mut Asm,
     cache: MruCache,
-    (after_miss, shared): (AfterMiss, bool),
+    (helper, after_miss, shared): (Helper, AfterMiss, bool),
     (l, w): (u8, u8),
     back: DynamicLabel,
-) {
+) -> bool {
     // rax, rcx and rdx are put back from their slots at the end (`restore_to`); those that
     // hold the line or row are the check's (dead, or saved by it already).
     let spare = |r: u8| r != l && r != w;
@@ -3002,11 +3004,21 @@ fn data_scan(
     dynasm!(a ; .arch x64 ; =>ret);
     restore_to(a, true, back);
     dynasm!(a ; .arch x64 ; =>straddle);
+    if let Some(routine) = shared
+        .then(|| shared_straddle(helper, cache.line_bits))
+        .flatten()
+    {
+        // rax = the last byte's line; the routine calls `helper` for the whole access.
+        enter_shared_scan(a, helper.arg0, routine);
+        dynasm!(a ; .arch x64 ; jmp =>ret);
+        return true;
+    }
     for &(r, slot) in &slots {
         if spare(r) {
             dynasm!(a ; .arch x64 ; gs mov Rq(r), QWORD [slot]);
         }
     }
+    false
 }
 
 /// The out-of-line part of a data check (`SlowKind::Data`): puts every guest register the
@@ -3197,11 +3209,20 @@ struct SharedScans {
     /// The free part of the current mapping.
     next: u64,
     end: u64,
-    /// (cache tags, helper, LL tags, 0 or Callgrind's cost-centre base, what the line
-    /// holds) -> routine.
-    routines: std::collections::HashMap<(u64, u64, u64, u64, GuestLine), u64>,
+    /// What each routine does -> where it is.
+    routines: std::collections::HashMap<RoutineKey, u64>,
     /// Every mapping's start, the current one last (for `dump_shared_scans`).
     maps: Vec<u64>,
+}
+
+/// A shared routine's identity.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum RoutineKey {
+    /// The scan past way 1 and the miss path (`shared_data_scan`): cache tags, helper, LL
+    /// tags, 0 or Callgrind's cost-centre base, what the line holds.
+    Scan(u64, u64, u64, u64, GuestLine),
+    /// A data access across two lines (`shared_straddle`): helper, line bits.
+    Straddle(u64, u32),
 }
 
 static SHARED_SCANS: std::sync::Mutex<Option<SharedScans>> = std::sync::Mutex::new(None);
@@ -3283,26 +3304,31 @@ fn shared_data_scan(cache: MruCache, after_miss: AfterMiss, line: GuestLine) -> 
     if !after_miss.helper.integer_only {
         return None;
     }
-    let key = (
+    let key = RoutineKey::Scan(
         cache.tags,
         after_miss.helper.func as usize as u64,
         after_miss.ll_mru.map_or(0, |l| l.tags),
         kind,
         line,
     );
+    shared_routine(key, |at| data_scan_routine(cache, after_miss, line, at))
+}
+
+/// The shared routine `key` names, emitted by `code` (given its address) on first use.
+fn shared_routine(key: RoutineKey, code: impl Fn(u64) -> Option<Vec<u8>>) -> Option<u64> {
     let mut shared = SHARED_SCANS.lock().unwrap_or_else(|p| p.into_inner());
     let shared = shared.get_or_insert_with(SharedScans::default);
     if let Some(&at) = shared.routines.get(&key) {
         return Some(at);
     }
-    let code = data_scan_routine(cache, after_miss, line, shared.next)?;
-    let code = if shared.next + code.len() as u64 <= shared.end {
-        code
+    let first = code(shared.next)?;
+    let code = if shared.next + first.len() as u64 <= shared.end {
+        first
     } else {
         let base = crate::cache::map_shared_code(SHARED_MAP_BYTES)?;
         (shared.next, shared.end) = (base, base + SHARED_MAP_BYTES as u64);
         shared.maps.push(base);
-        data_scan_routine(cache, after_miss, line, base)?
+        code(base)?
     };
     let at = shared.next;
     if code.len() > (shared.end - at) as usize {
@@ -3315,6 +3341,39 @@ fn shared_data_scan(cache: MruCache, after_miss: AfterMiss, line: GuestLine) -> 
     shared.next = (at + code.len() as u64 + 63) & !63;
     shared.routines.insert(key, at);
     Some(at)
+}
+
+/// The shared routine for a data access across two lines of a cache with `line_bits` (what
+/// `data_slow` does per check, from the access's address): entered like a scan routine,
+/// with rax = the line of the access's last byte, it calls `helper` (integer-only) for the
+/// whole reference as the bytes `(rax << line_bits) - 1` and the next one: the same two
+/// lines, and within one line of any LL whose lines are no smaller (`whole_lines`), so the
+/// same accesses and counts. `None` without room for code.
+fn shared_straddle(helper: Helper, line_bits: u32) -> Option<u64> {
+    if !helper.integer_only {
+        return None;
+    }
+    let f = helper.func as usize as i64;
+    shared_routine(RoutineKey::Straddle(f as u64, line_bits), |at| {
+        let mut a = Asm::new(at as usize);
+        let done = a.new_dynamic_label();
+        dynasm!(a
+            ; .arch x64
+            ; shl rax, line_bits as i8
+            ; dec rax
+            ; gs mov QWORD [ARG1], rax
+            ; mov eax, 2
+            ; gs mov QWORD [ARG2], rax
+            ; mov rax, QWORD f
+            ; gs mov QWORD [HFN], rax
+            ; lea rax, [=>done]
+            ; gs mov QWORD [HRET], rax
+            ; gs jmp QWORD [TRAMP_INT]
+            ; =>done
+            ; ret
+        );
+        a.finalize().ok()
+    })
 }
 
 /// The code of `shared_data_scan`'s routine placed at `at`.

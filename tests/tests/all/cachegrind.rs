@@ -322,7 +322,8 @@ fn loops_chained_past_their_fetch_check_take_signals_and_time_slices() {
 /// without each (against a variable of the same length, so that the guest's stack lies where
 /// it did) are the same, line by line, under several geometries (a direct-mapped I1 of 16
 /// lines misses often, so a skipped check that was not a hit would show; a 32-way D1 scans in
-/// a loop, a 12-way one in straight-line code).
+/// a loop, a 12-way one in straight-line code; the `straddle` guest's accesses across two
+/// lines take a shared routine of their own).
 #[test]
 fn line_entries_and_shared_scans_change_no_count() {
     let geometries: [&[&str]; 4] = [
@@ -342,6 +343,8 @@ fn line_entries_and_shared_scans_change_no_count() {
         ("insns", guest_case("insns").cmd()),
         ("stack", guest_case("stack").cmd()),
         ("cxxnames", Cmd::guest("cxxnames")),
+        // Accesses across two lines: a shared routine, or `data_slow`, for each.
+        ("straddle", Cmd::guest("straddle")),
     ];
     for (guest, cmd) in &guests {
         for (k, geometry) in geometries.iter().enumerate() {
