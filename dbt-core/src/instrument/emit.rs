@@ -3353,8 +3353,8 @@ fn shared_straddle(helper: Helper, line_bits: u32) -> Option<u64> {
     if !helper.integer_only {
         return None;
     }
-    let f = helper.func as usize as i64;
-    shared_routine(RoutineKey::Straddle(f as u64, line_bits), |at| {
+    let key = RoutineKey::Straddle(helper.func as usize as u64, line_bits);
+    shared_routine(key, |at| {
         let mut a = Asm::new(at as usize);
         let done = a.new_dynamic_label();
         dynasm!(a
@@ -3362,16 +3362,9 @@ fn shared_straddle(helper: Helper, line_bits: u32) -> Option<u64> {
             ; shl rax, line_bits as i8
             ; dec rax
             ; gs mov QWORD [ARG1], rax
-            ; mov eax, 2
-            ; gs mov QWORD [ARG2], rax
-            ; mov rax, QWORD f
-            ; gs mov QWORD [HFN], rax
-            ; lea rax, [=>done]
-            ; gs mov QWORD [HRET], rax
-            ; gs jmp QWORD [TRAMP_INT]
-            ; =>done
-            ; ret
         );
+        routine_helper_call(&mut a, helper, 2, done);
+        dynasm!(a ; .arch x64 ; =>done ; ret);
         a.finalize().ok()
     })
 }
@@ -3476,15 +3469,20 @@ fn scan_and_miss(
         helper_call(a, after_miss.helper, 1, done);
         return;
     }
-    let f = after_miss.helper.func as usize as i64;
+    routine_helper_call(a, after_miss.helper, 1, done);
+}
+
+/// A shared routine's call of the integer-only `helper` (its `arg0` in `gs:[ARG0]` from the
+/// routine's caller, `arg1` in `gs:[ARG1]`) with `arg2`: the trampoline comes back to
+/// `done`, the routine's `ret`, with rsp on the scan stack again.
+fn routine_helper_call(a: &mut Asm, helper: Helper, arg2: i32, done: DynamicLabel) {
+    let f = helper.func as usize as i64;
     dynasm!(a
         ; .arch x64
-        ; mov eax, 1
+        ; mov eax, arg2
         ; gs mov QWORD [ARG2], rax
         ; mov rax, QWORD f
         ; gs mov QWORD [HFN], rax
-        // The trampoline comes back to `done`, the routine's `ret`, with rsp on the scan
-        // stack again.
         ; lea rax, [=>done]
         ; gs mov QWORD [HRET], rax
         ; gs jmp QWORD [TRAMP_INT]
