@@ -2978,22 +2978,16 @@ fn data_scan(
             dynasm!(a ; .arch x64 ; mov rcx, Rq(w));
         }
     }
-    // The last byte's line in the first byte's set: one line.
+    if let Some(routine) = shared
+        .then(|| shared_data_access(cache, after_miss, helper))
+        .flatten()
+    {
+        enter_shared_scan(a, after_miss.helper.arg0, routine);
+        restore_to(a, true, back);
+        return true;
+    }
     let (straddle, ret) = (a.new_dynamic_label(), a.new_dynamic_label());
-    let bits = cache.line_bits as i8;
-    dynasm!(a
-        ; .arch x64
-        ; mov rdx, rax
-        ; shl rdx, bits
-        ; and edx, DWORD (cache.set_mask << cache.line_bits) as i32
-    );
-    scale_to_row(a, RDX, cache);
-    dynasm!(a
-        ; .arch x64
-        ; cmp rdx, rcx
-        ; jne =>straddle
-        ; add rcx, cache.tags as i32
-    );
+    one_line_or(a, cache, straddle);
     match shared
         .then(|| shared_data_scan(cache, after_miss, GuestLine::Data))
         .flatten()
@@ -3223,6 +3217,9 @@ enum RoutineKey {
     Scan(u64, u64, u64, u64, GuestLine),
     /// A data access across two lines (`shared_straddle`): helper, line bits.
     Straddle(u64, u32),
+    /// A data check's whole out-of-line part past way 2 (`shared_data_access`): the scan's
+    /// key (with `GuestLine::Data`) and the straddle helper.
+    Access(u64, u64, u64, u64, u64),
 }
 
 static SHARED_SCANS: std::sync::Mutex<Option<SharedScans>> = std::sync::Mutex::new(None);
@@ -3290,20 +3287,7 @@ const SHARED_MAP_BYTES: usize = 64 << 10;
 /// as `l1_scan` does, or as the helper call leaves them. `None` where the check keeps its own
 /// copy (helpers that need the vector state, no memory for code).
 fn shared_data_scan(cache: MruCache, after_miss: AfterMiss, line: GuestLine) -> Option<u64> {
-    // Callgrind's count of an LL hit goes to the running cost centre's miss slot of the
-    // instruction, which the routine finds from its helper's `arg0` (`index << 8 | slot`).
-    let kind = match after_miss.ll_hit {
-        LlHitCount::Arg0 => 0,
-        LlHitCount::CostCentre {
-            base, index, slot, ..
-        } if slot < 256 && after_miss.helper.arg0 == u64::from(index) << 8 | u64::from(slot) => {
-            base
-        }
-        LlHitCount::CostCentre { .. } => return None,
-    };
-    if !after_miss.helper.integer_only {
-        return None;
-    }
+    let kind = shared_ll_kind(after_miss)?;
     let key = RoutineKey::Scan(
         cache.tags,
         after_miss.helper.func as usize as u64,
@@ -3312,6 +3296,91 @@ fn shared_data_scan(cache: MruCache, after_miss: AfterMiss, line: GuestLine) -> 
         line,
     );
     shared_routine(key, |at| data_scan_routine(cache, after_miss, line, at))
+}
+
+/// How a shared routine counts an LL hit for `after_miss` (0: at the helper's `arg0`; else
+/// Callgrind's cost-centre base), or `None` where no routine may be shared (a helper that
+/// needs the vector state, a slot the routine cannot derive).
+fn shared_ll_kind(after_miss: AfterMiss) -> Option<u64> {
+    if !after_miss.helper.integer_only {
+        return None;
+    }
+    // Callgrind's count of an LL hit goes to the running cost centre's miss slot of the
+    // instruction, which the routine finds from its helper's `arg0` (`index << 8 | slot`).
+    match after_miss.ll_hit {
+        LlHitCount::Arg0 => Some(0),
+        LlHitCount::CostCentre {
+            base, index, slot, ..
+        } if slot < 256 && after_miss.helper.arg0 == u64::from(index) << 8 | u64::from(slot) => {
+            Some(base)
+        }
+        LlHitCount::CostCentre { .. } => None,
+    }
+}
+
+/// A data check's whole out-of-line part past way 2, shared (the check's own code is then
+/// the register moves and the call): entered with rax = the line of the access's last byte
+/// and rcx = the row offset of its first byte's set, it tells an access within one line
+/// from one across two, and goes on as `shared_data_scan`'s routine or as
+/// `shared_straddle`'s. `None` where either could not be shared, or the two helpers
+/// would need different `arg0`s.
+fn shared_data_access(cache: MruCache, after_miss: AfterMiss, helper: Helper) -> Option<u64> {
+    let kind = shared_ll_kind(after_miss)?;
+    if !helper.integer_only || helper.arg0 != after_miss.helper.arg0 {
+        return None;
+    }
+    let key = RoutineKey::Access(
+        cache.tags,
+        after_miss.helper.func as usize as u64,
+        after_miss.ll_mru.map_or(0, |l| l.tags),
+        kind,
+        helper.func as usize as u64,
+    );
+    shared_routine(key, |at| {
+        let mut a = Asm::new(at as usize);
+        let (hit, straddle, done) = (
+            a.new_dynamic_label(),
+            a.new_dynamic_label(),
+            a.new_dynamic_label(),
+        );
+        one_line_or(&mut a, cache, straddle);
+        scan_and_miss(&mut a, cache, (after_miss, true), GuestLine::Data, hit);
+        dynasm!(a ; .arch x64 ; =>hit ; ret ; =>straddle);
+        straddle_call(&mut a, helper, cache.line_bits, done);
+        dynasm!(a ; .arch x64 ; =>done ; ret);
+        a.finalize().ok()
+    })
+}
+
+/// With rax = the line of an access's last byte and rcx = the row offset of its first
+/// byte's set: to `straddle` unless the last byte's line is in that set (one line; the next
+/// line belongs to the next set), else rcx = the row's address. Clobbers rdx and the flags.
+fn one_line_or(a: &mut Asm, cache: MruCache, straddle: DynamicLabel) {
+    dynasm!(a
+        ; .arch x64
+        ; mov rdx, rax
+        ; shl rdx, cache.line_bits as i8
+        ; and edx, DWORD (cache.set_mask << cache.line_bits) as i32
+    );
+    scale_to_row(a, RDX, cache);
+    dynasm!(a
+        ; .arch x64
+        ; cmp rdx, rcx
+        ; jne =>straddle
+        ; add rcx, cache.tags as i32
+    );
+}
+
+/// A shared routine's call of `helper` for an access across two lines, from rax = the line
+/// of its last byte (see `shared_straddle`), coming back to `done`.
+fn straddle_call(a: &mut Asm, helper: Helper, line_bits: u32, done: DynamicLabel) {
+    dynasm!(a
+        ; .arch x64
+        ; shl rax, line_bits as i8
+        ; dec rax
+        ; gs mov QWORD [ARG1], rax
+    );
+    routine_helper_call(a, helper, 2, done);
 }
 
 /// The shared routine `key` names, emitted by `code` (given its address) on first use.
@@ -3357,13 +3426,7 @@ fn shared_straddle(helper: Helper, line_bits: u32) -> Option<u64> {
     shared_routine(key, |at| {
         let mut a = Asm::new(at as usize);
         let done = a.new_dynamic_label();
-        dynasm!(a
-            ; .arch x64
-            ; shl rax, line_bits as i8
-            ; dec rax
-            ; gs mov QWORD [ARG1], rax
-        );
-        routine_helper_call(&mut a, helper, 2, done);
+        straddle_call(&mut a, helper, line_bits, done);
         dynasm!(a ; .arch x64 ; =>done ; ret);
         a.finalize().ok()
     })
