@@ -2998,15 +2998,6 @@ fn data_scan(
     dynasm!(a ; .arch x64 ; =>ret);
     restore_to(a, true, back);
     dynasm!(a ; .arch x64 ; =>straddle);
-    if let Some(routine) = shared
-        .then(|| shared_straddle(helper, cache.line_bits))
-        .flatten()
-    {
-        // rax = the last byte's line; the routine calls `helper` for the whole access.
-        enter_shared_scan(a, helper.arg0, routine);
-        dynasm!(a ; .arch x64 ; jmp =>ret);
-        return true;
-    }
     for &(r, slot) in &slots {
         if spare(r) {
             dynasm!(a ; .arch x64 ; gs mov Rq(r), QWORD [slot]);
@@ -3215,8 +3206,6 @@ enum RoutineKey {
     /// The scan past way 1 and the miss path (`shared_data_scan`): cache tags, helper, LL
     /// tags, 0 or Callgrind's cost-centre base, what the line holds.
     Scan(u64, u64, u64, u64, GuestLine),
-    /// A data access across two lines (`shared_straddle`): helper, line bits.
-    Straddle(u64, u32),
     /// A data check's whole out-of-line part past way 2 (`shared_data_access`): the scan's
     /// key (with `GuestLine::Data`) and the straddle helper.
     Access(u64, u64, u64, u64, u64),
@@ -3321,9 +3310,9 @@ fn shared_ll_kind(after_miss: AfterMiss) -> Option<u64> {
 /// A data check's whole out-of-line part past way 2, shared (the check's own code is then
 /// the register moves and the call): entered with rax = the line of the access's last byte
 /// and rcx = the row offset of its first byte's set, it tells an access within one line
-/// from one across two, and goes on as `shared_data_scan`'s routine or as
-/// `shared_straddle`'s. `None` where either could not be shared, or the two helpers
-/// would need different `arg0`s.
+/// from one across two, and goes on as `shared_data_scan`'s routine or calls `helper` for
+/// the whole access (`straddle_call`). `None` where either could not be shared, or the two
+/// helpers would need different `arg0`s.
 fn shared_data_access(cache: MruCache, after_miss: AfterMiss, helper: Helper) -> Option<u64> {
     let kind = shared_ll_kind(after_miss)?;
     if !helper.integer_only || helper.arg0 != after_miss.helper.arg0 {
@@ -3371,8 +3360,11 @@ fn one_line_or(a: &mut Asm, cache: MruCache, straddle: DynamicLabel) {
     );
 }
 
-/// A shared routine's call of `helper` for an access across two lines, from rax = the line
-/// of its last byte (see `shared_straddle`), coming back to `done`.
+/// A shared routine's call of the integer-only `helper` for a data access across two lines
+/// (what `data_slow` does per check, from the access's address), from rax = the line of its
+/// last byte: it passes the bytes `(rax << line_bits) - 1` and the next one, which touch the
+/// same two lines, and lie within one line of any LL whose lines are no smaller
+/// (`whole_lines`), so the same accesses and counts. Comes back to `done`.
 fn straddle_call(a: &mut Asm, helper: Helper, line_bits: u32, done: DynamicLabel) {
     dynasm!(a
         ; .arch x64
@@ -3410,26 +3402,6 @@ fn shared_routine(key: RoutineKey, code: impl Fn(u64) -> Option<Vec<u8>>) -> Opt
     shared.next = (at + code.len() as u64 + 63) & !63;
     shared.routines.insert(key, at);
     Some(at)
-}
-
-/// The shared routine for a data access across two lines of a cache with `line_bits` (what
-/// `data_slow` does per check, from the access's address): entered like a scan routine,
-/// with rax = the line of the access's last byte, it calls `helper` (integer-only) for the
-/// whole reference as the bytes `(rax << line_bits) - 1` and the next one: the same two
-/// lines, and within one line of any LL whose lines are no smaller (`whole_lines`), so the
-/// same accesses and counts. `None` without room for code.
-fn shared_straddle(helper: Helper, line_bits: u32) -> Option<u64> {
-    if !helper.integer_only {
-        return None;
-    }
-    let key = RoutineKey::Straddle(helper.func as usize as u64, line_bits);
-    shared_routine(key, |at| {
-        let mut a = Asm::new(at as usize);
-        let done = a.new_dynamic_label();
-        straddle_call(&mut a, helper, line_bits, done);
-        dynasm!(a ; .arch x64 ; =>done ; ret);
-        a.finalize().ok()
-    })
 }
 
 /// The code of `shared_data_scan`'s routine placed at `at`.
