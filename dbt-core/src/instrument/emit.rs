@@ -3427,6 +3427,17 @@ enum GuestLine {
     Code,
 }
 
+impl GuestLine {
+    /// The ways past the MRU one that a check of this kind tests itself before any scan:
+    /// data checks ways 1 and 2 (`data_way1`), fetch checks way 1.
+    fn ways_tested(self) -> i32 {
+        match self {
+            GuestLine::Data => 2,
+            GuestLine::Code => 1,
+        }
+    }
+}
+
 /// Calls a shared scan routine (`shared_data_scan`) with rax = the line and rcx = its row as
 /// it expects them, on the thread's scan stack (the guest's stays untouched); it comes back
 /// to the code after this with rdx and the flags clobbered.
@@ -3443,10 +3454,11 @@ fn enter_shared_scan(a: &mut Asm, arg0: u64, routine: u64) {
     );
 }
 
-/// The L1 lookup of a line past its MRU way and way 1, which every caller tests first (rax =
-/// the line, rcx = its row), and on a miss the LL part (`after_miss`), ending at `done` (the
-/// helper returns there through `gs:[HRET]`). In a shared routine (`in_routine`) the helper's `arg0` is the caller's, in
-/// `gs:[ARG0]`, and `done` is the routine's `ret`.
+/// The L1 lookup of a line past the ways its caller tests first (`GuestLine::ways_tested`;
+/// rax = the line, rcx = its row), and on a miss the LL part (`after_miss`), ending at
+/// `done` (the helper returns there through `gs:[HRET]`). In a shared routine
+/// (`in_routine`) the helper's `arg0` is the caller's, in `gs:[ARG0]`, and `done` is the
+/// routine's `ret`.
 fn scan_and_miss(
     a: &mut Asm,
     cache: MruCache,
@@ -3455,7 +3467,7 @@ fn scan_and_miss(
     done: DynamicLabel,
 ) {
     let miss = a.new_dynamic_label();
-    l1_scan_past_way1(a, cache, done, miss);
+    l1_scan_past(a, cache, line.ways_tested(), (done, miss));
     // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
     // The guest's own access comes after the simulator's LL lookup, whose rows miss the
     // host's caches as the guest's line may: asking for the line now overlaps the two.
@@ -3575,12 +3587,23 @@ fn l1_scan(a: &mut Asm, cache: MruCache, hit: DynamicLabel, miss: DynamicLabel) 
 
 /// `l1_scan` for a line that its caller already found not to be in way 1.
 fn l1_scan_past_way1(a: &mut Asm, cache: MruCache, hit: DynamicLabel, miss: DynamicLabel) {
+    l1_scan_past(a, cache, 1, (hit, miss));
+}
+
+/// `l1_scan` for a line that its caller already found in none of ways `1..=tested` (1 or
+/// 2; the scan past them starts at way 3 either way).
+fn l1_scan_past(
+    a: &mut Asm,
+    cache: MruCache,
+    tested: i32,
+    (hit, miss): (DynamicLabel, DynamicLabel),
+) {
     let assoc = cache.assoc as i32;
     if assoc <= 1 {
         dynasm!(a ; .arch x64 ; mov QWORD [rcx], rax ; jmp =>miss);
         return;
     }
-    if assoc >= 3 {
+    if assoc >= 3 && tested < 2 {
         way_hit(a, 2, hit);
     }
     if cache.assoc > UNROLLED_WAYS {
