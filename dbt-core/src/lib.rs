@@ -14,6 +14,7 @@
 //! * While guest code runs, FS is the guest's TLS base and GS is the thread's `ThreadContext`.
 //! * At every guest instruction boundary the host registers hold the exact guest state.
 //! * rgrind's Rust code runs only with rgrind's FS (switched by `dispatch::enter`).
+pub mod asm;
 pub mod aspace;
 pub mod cache;
 pub mod children;

@@ -35,8 +35,9 @@ pub fn mark(off: usize, name: &'static str) {
     }
 }
 
-/// The translation of `len` bytes was placed at `host`: writes its regions.
-pub fn publish(host: u64, len: usize) {
+/// The translation of `len` bytes was placed, its byte `off` at `placed(off)` (a region
+/// does not straddle the places of its parts): writes its regions.
+pub fn publish(len: usize, placed: impl Fn(usize) -> u64) {
     if !enabled() {
         return;
     }
@@ -48,7 +49,7 @@ pub fn publish(host: u64, len: usize) {
         if end > off {
             text.push_str(&format!(
                 "{:x} {:x} rgrind:{name}\n",
-                host + off as u64,
+                placed(off),
                 end - off
             ));
         }

@@ -165,6 +165,8 @@ pub fn start(
             trace_blocks: opts.trace_blocks,
             line_entries: std::env::var_os("RGRIND_NO_LINE_ENTRIES").is_none(),
             shared_scans: std::env::var_os("RGRIND_NO_SHARED_SCANS").is_none(),
+            cold_parts: std::env::var_os("RGRIND_NO_COLD_PARTS").is_none(),
+            check_split: std::env::var_os("RGRIND_CHECK_SPLIT").is_some(),
         },
         chaining: opts.chaining && !opts.single_step,
         process: Process {

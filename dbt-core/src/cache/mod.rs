@@ -3,7 +3,8 @@
 //! through, and chaining.
 //!
 //! # Invariants
-//! * Every translation lives inside one `Chunk`; a chunk is never unmapped (discarded
+//! * Every translation lives inside one `Chunk`, its hot part in `[base, used)`, its cold
+//!   part (if placed apart, `cold_room`) in `[cold, end)`; a chunk is never unmapped (discarded
 //!   translations are unlinked and forgotten, their bytes stay dead).
 //! * A chunk is placed within `NEAR` bytes of the guest address that caused its creation, and a
 //!   block is only put into a chunk within `NEAR` of its guest address, so RIP-relative operands
@@ -25,7 +26,10 @@ const WINDOW_SHIFT: u32 = 26;
 struct Chunk {
     base: u64,
     end: u64,
+    /// Translations' hot parts grow up from `base` to `used`...
     used: u64,
+    /// ... and their cold parts (`CodeCache::place_cold`) down from `end` to `cold`.
+    cold: u64,
     /// Placed wherever the kernel put it because nothing near was free: serves any guest
     /// address (RIP-relative operands then go through a scratch register).
     far: bool,
@@ -152,7 +156,7 @@ impl CodeCache {
         if let Some(c) = self
             .chunks
             .iter()
-            .find(|c| c.end - c.used >= len && near(c))
+            .find(|c| c.cold - c.used >= len && near(c))
         {
             return Some(c.used);
         }
@@ -163,13 +167,14 @@ impl CodeCache {
                     base,
                     end: base + CHUNK_SIZE,
                     used: base,
+                    cold: base + CHUNK_SIZE,
                     far: false,
                 });
                 return Some(base);
             }
             self.no_room_near.insert(window);
         }
-        if let Some(c) = self.chunks.iter().find(|c| c.far && c.end - c.used >= len) {
+        if let Some(c) = self.chunks.iter().find(|c| c.far && c.cold - c.used >= len) {
             return Some(c.used);
         }
         let base = mmap_rwx(0, 0)?;
@@ -177,6 +182,7 @@ impl CodeCache {
             base,
             end: base + CHUNK_SIZE,
             used: base,
+            cold: base + CHUNK_SIZE,
             far: true,
         });
         Some(base)
@@ -192,15 +198,38 @@ impl CodeCache {
         }
     }
 
-    /// Writes each chunk's used bytes to `dir/chunk-<base>.bin` (for offline disassembly,
-    /// e.g. `objdump -D -b binary -m i386:x86-64 --adjust-vma=<base>`).
+    /// Where the cold part (`len` bytes) of the translation being placed at `host` (from
+    /// `reserve`, its hot part `hot_len` bytes) would go: the top of the same chunk, below
+    /// the cold parts placed before, so that the hot parts lie together. `None` when the
+    /// chunk has no room for both parts.
+    pub fn cold_room(&self, host: u64, hot_len: u64, len: u64) -> Option<u64> {
+        let c = self.chunks.iter().find(|c| c.used == host)?;
+        let cold = c.cold.checked_sub(len)? & !15;
+        (cold >= ((host + hot_len + 15) & !15)).then_some(cold)
+    }
+
+    /// Marks the cold part at `cold` (from `cold_room`) of the translation at `host` as used.
+    pub fn commit_cold(&mut self, host: u64, cold: u64) {
+        if let Some(c) = self.chunks.iter_mut().find(|c| c.used == host) {
+            c.cold = cold;
+        }
+    }
+
+    /// Writes each chunk's used bytes to `dir/chunk-<address>.bin`, the hot and the cold
+    /// parts separately (for offline disassembly, e.g. `objdump -D -b binary -m i386:x86-64
+    /// --adjust-vma=<address>`).
     pub fn dump_chunks(&self, dir: &std::path::Path) -> std::io::Result<()> {
         for c in &self.chunks {
-            // SAFETY: [base, used) of a live chunk is initialised code bytes.
-            let bytes = unsafe {
-                core::slice::from_raw_parts(c.base as *const u8, (c.used - c.base) as usize)
-            };
-            std::fs::write(dir.join(format!("chunk-{:x}.bin", c.base)), bytes)?;
+            for (start, end) in [(c.base, c.used), (c.cold, c.end)] {
+                if end > start {
+                    // SAFETY: [base, used) and [cold, end) of a live chunk are initialised
+                    // code bytes (cold parts are 16-aligned; the gaps are zeroes of the mapping).
+                    let bytes = unsafe {
+                        core::slice::from_raw_parts(start as *const u8, (end - start) as usize)
+                    };
+                    std::fs::write(dir.join(format!("chunk-{start:x}.bin")), bytes)?;
+                }
+            }
         }
         Ok(())
     }

@@ -2,7 +2,8 @@
 //!
 //! The translator calls `Plan::emit_before(i)` before it emits guest instruction `i`,
 //! `Plan::emit_rep(i)` in place of a `rep` string instruction that needs per-iteration work,
-//! and `Plan::emit_slow_paths` after the block body (before the exit stubs).
+//! `Plan::emit_literals` after the block body and `Plan::emit_slow_paths` after them (before
+//! the exit stubs): the out-of-line code, which may be moved away (`translate::split`).
 //!
 //! # Invariants
 //! * Every sequence restores the registers it borrowed (through `gs:[instr_scratch]`) and, if
@@ -29,14 +30,13 @@
 use super::calltrack::{EXIT_OTHER, EXIT_RET};
 use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, LlHitCount, MemAccess, MruCache, Op};
 use super::{Instrumenter, RepKind};
+use crate::asm::Asm;
 use crate::cache::FetchedLines;
 use crate::context::*;
-use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
+use dynasmrt::{dynasm, DynamicLabel, DynasmApi, DynasmLabelApi};
 use iced_x86::{
     Code, Encoder, Instruction, InstructionInfoFactory, MemoryOperand, OpAccess, OpKind, Register,
 };
-
-type Asm = VecAssembler<X64Relocation>;
 
 /// Names the code emitted next in the perf map (`crate::perfmap`).
 fn mark(a: &Asm, name: &'static str) {
@@ -217,7 +217,7 @@ pub(crate) struct Plan {
     /// routine is, and the copy's number (`Plan::loop_lite`).
     loop_head: Option<(DynamicLabel, u32)>,
     slow: Vec<Slow>,
-    /// 8-byte constants read `rip`-relative, emitted after the slow paths.
+    /// 8-byte constants read `rip`-relative, emitted after the block body (`emit_literals`).
     literals: Vec<(DynamicLabel, u64)>,
     /// Per instruction, the guest registers dead before it (`gpr_dead_before`; empty when no
     /// data check needs them).
@@ -913,17 +913,27 @@ impl Plan {
         Ok(true)
     }
 
-    /// Emits the out-of-line calls of failed checks.
-    pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) -> Result<(), String> {
-        debug_assert!(!self.stashed, "flags still held at the block's end");
-        for s in std::mem::take(&mut self.slow) {
-            emit_slow(a, s)?;
-        }
+    /// Emits the 8-byte constants the checks read (`Plan::literal`), after the block body:
+    /// they stay with the hot part when the out-of-line code moves away
+    /// (`translate::split`).
+    pub(crate) fn emit_literals(&mut self, a: &mut Asm) {
         if !self.literals.is_empty() {
             dynasm!(a ; .arch x64 ; .align 8);
             for (label, value) in std::mem::take(&mut self.literals) {
                 dynasm!(a ; .arch x64 ; =>label ; .u64 value);
             }
+        }
+    }
+
+    /// Emits the out-of-line code of failed checks (after `emit_literals`).
+    pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) -> Result<(), String> {
+        debug_assert!(!self.stashed, "flags still held at the block's end");
+        debug_assert!(
+            self.literals.is_empty(),
+            "constants after the out-of-line code"
+        );
+        for s in std::mem::take(&mut self.slow) {
+            emit_slow(a, s)?;
         }
         Ok(())
     }
@@ -1174,7 +1184,7 @@ impl Plan {
         !acc.vsib && !borrowed(acc.base) && !borrowed(acc.index)
     }
 
-    /// A label for an 8-byte constant in the pool after the block (read `rip`-relative).
+    /// A label for an 8-byte constant in the pool after the block body (read `rip`-relative).
     fn literal(&mut self, a: &mut Asm, value: u64) -> DynamicLabel {
         if let Some(&(l, _)) = self.literals.iter().find(|&&(_, v)| v == value) {
             return l;

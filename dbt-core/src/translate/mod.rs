@@ -14,9 +14,12 @@
 //!
 //! Deliberately absent: instrumentation (tools add it through `crate::tool`), block chasing
 //! across direct jumps.
+mod split;
+
+use crate::asm::Asm;
 use crate::cache::{Block, CodeCache, ExitKind, ExitRecord, FetchedLines};
 use crate::context::*;
-use dynasmrt::{dynasm, x64::X64Relocation, DynamicLabel, DynasmApi, DynasmLabelApi, VecAssembler};
+use dynasmrt::{dynasm, DynamicLabel, DynasmApi, DynasmLabelApi};
 use iced_x86::{
     Code, ConditionCode, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl, Formatter,
     Instruction, IntelFormatter, MemoryOperand, OpKind, Register,
@@ -45,6 +48,12 @@ pub struct TranslateOptions {
     /// Whether cache checks share their scans past way 1 (`Plan::share_scans`); off for checks
     /// that sharing changes no count (`RGRIND_NO_SHARED_SCANS`).
     pub shared_scans: bool,
+    /// Whether translations' out-of-line code is placed apart from their bodies
+    /// (`split::relocate_cold`); off for comparisons (`RGRIND_NO_COLD_PARTS`).
+    pub cold_parts: bool,
+    /// Whether each placement of a cold part is checked by decoding
+    /// (`split::check_relocated`, `RGRIND_CHECK_SPLIT`): for tests.
+    pub check_split: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -241,7 +250,7 @@ struct PendingExit {
 }
 
 struct Emitter {
-    ops: VecAssembler<X64Relocation>,
+    ops: Asm,
     host: u64,
     exits: Vec<PendingExit>,
     first_exit_id: u32,
@@ -695,7 +704,7 @@ pub fn translate(
         .reserve(guest, bound)
         .ok_or(TranslateError::CacheFull)?;
     let mut em = Emitter {
-        ops: VecAssembler::new(host as usize),
+        ops: Asm::new(host as usize),
         host,
         exits: Vec::new(),
         first_exit_id: cache.exits.len() as u32,
@@ -774,30 +783,68 @@ pub fn translate(
             em.jmp_exit(ExitKind::Trap { signal, next }, addr);
         }
     }
-    let body_len = em.off() as u64 - IBL_ENTRY_OFFSET;
+    let body_end = em.off();
+    plan.emit_literals(&mut em.ops);
+    let parts = split::Parts {
+        body_end,
+        hot_len: em.off(),
+    };
     crate::perfmap::mark(em.off(), "slow");
     plan.emit_slow_paths(&mut em.ops).map_err(internal)?;
     crate::perfmap::mark(em.off(), "stubs");
     em.stubs();
-    let code = em.ops.finalize().map_err(|e| internal(format!("{e:?}")))?;
+    let hot_len = parts.hot_len;
+    let (mut code, crossing) = em
+        .ops
+        .finalize_with_crossing(hot_len)
+        .map_err(|e| internal(format!("{e:?}")))?;
     let len = code.len() as u64;
     if len > bound {
         return Err(internal(format!(
             "block of {len} bytes exceeds its bound {bound}"
         )));
     }
-    // SAFETY: `host..host+bound` was reserved in an RWX chunk for this translation and no other
-    // code has been placed there; nothing executes it before `insert_block` publishes it.
-    unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), host as *mut u8, code.len()) };
-    cache.commit(host, len);
-    crate::perfmap::publish(host, code.len());
+    let original = opts.check_split.then(|| code.clone());
+    let cold = opts
+        .cold_parts
+        .then(|| cache.cold_room(host, hot_len as u64, len - hot_len as u64))
+        .flatten()
+        .filter(|&cold| split::relocate_cold(&mut code, host, hot_len, &crossing, cold).is_some());
+    if let (Some(original), Some(cold)) = (original, cold) {
+        split::check_relocated(&original, &code, host, parts, cold).map_err(internal)?;
+    }
+    // Where byte `off` of the code as emitted lies.
+    let placed = |off: usize| match cold {
+        Some(cold) if off >= hot_len => cold + (off - hot_len) as u64,
+        _ => host + off as u64,
+    };
+    let placed_len = if cold.is_some() { hot_len } else { code.len() };
+    // SAFETY: `host..host+bound` was reserved in an RWX chunk for this translation and
+    // `cold..cold+len-hot_len` below that chunk's cold parts (`cold_room`); no other code has
+    // been placed there and nothing executes it before `insert_block` publishes it.
+    unsafe {
+        core::ptr::copy_nonoverlapping(code.as_ptr(), host as *mut u8, placed_len);
+        if let Some(cold) = cold {
+            let rest = &code[hot_len..];
+            core::ptr::copy_nonoverlapping(rest.as_ptr(), cold as *mut u8, rest.len());
+        }
+    }
+    if let Some(cold) = cold {
+        cache.commit_cold(host, cold);
+    }
+    cache.commit(host, placed_len as u64);
+    crate::perfmap::publish(code.len(), placed);
     let mut exit_ids = Vec::with_capacity(em.exits.len());
     for (i, e) in em.exits.iter().enumerate() {
+        debug_assert!(
+            e.patch_off.is_none_or(|o| o < hot_len),
+            "exit in the cold part"
+        );
         let id = cache.add_exit(ExitRecord {
             kind: e.kind,
             target: e.target,
-            patch_site: e.patch_off.map_or(0, |o| host + o as u64),
-            stub: host + e.stub_off as u64,
+            patch_site: e.patch_off.map_or(0, placed),
+            stub: placed(e.stub_off),
             from_block: guest,
             fetched: e.fetched,
         });
@@ -805,10 +852,12 @@ pub fn translate(
         exit_ids.push(id);
     }
     if opts.trace_blocks {
+        let body_len = body_end as u64 - IBL_ENTRY_OFFSET;
         eprintln!(
-            "--rgrind-- translate {guest:#x}-{guest_end:#x} ({} insns) -> {entry:#x} ({} bytes, body {body_len})",
+            "--rgrind-- translate {guest:#x}-{guest_end:#x} ({} insns) -> {entry:#x} ({} bytes, body {body_len}{})",
             insns.len(),
-            len - IBL_ENTRY_OFFSET
+            len - IBL_ENTRY_OFFSET,
+            cold.map_or(String::new(), |c| format!(", out of line at {c:#x}"))
         );
     }
     cache.insert_block(Block {
@@ -817,7 +866,7 @@ pub fn translate(
         guest_start: guest,
         guest_end,
         host: entry,
-        host_len: len - IBL_ENTRY_OFFSET,
+        host_len: placed_len as u64 - IBL_ENTRY_OFFSET,
         exits: exit_ids,
         incoming: Vec::new(),
         // Not past an entry check of self-modifying code, nor into a copy of a loop.

@@ -316,6 +316,68 @@ fn loops_chained_past_their_fetch_check_take_signals_and_time_slices() {
     }
 }
 
+/// Translations whose out-of-line code is placed apart from their body (`translate::split`)
+/// run and count as those kept in one piece. Each placement is decoded and every branch and
+/// `rip`-relative target checked against the one-piece code (`RGRIND_CHECK_SPLIT`: a wrong
+/// one is an internal error), and the profiles and output with and without the split
+/// (`RGRIND_NO_COLD_PARTS`, against a variable of the same length) are the same, under both
+/// simulating tools (callgrind's return and call cases are out of line) and `none`.
+#[test]
+fn translations_in_two_parts_run_and_count_as_in_one() {
+    let guests = ["insns", "cxx", "sigs-segv", "gotswap", "jit", "stack"];
+    let tools: [&[&str]; 3] = [
+        &["--tool=cachegrind", "--cache-sim=yes", "--branch-sim=yes"],
+        &["--tool=callgrind", "--cache-sim=yes", "--dump-instr=yes"],
+        &["--tool=none"],
+    ];
+    for guest in guests {
+        let cmd = guest_case(guest).cmd();
+        for (k, tool) in tools.iter().enumerate() {
+            let runs: Vec<(String, String)> = ["RGRIND_NO_COLD_PARTS", "RGRIND_NO_COLD_PARTX"]
+                .iter()
+                .map(|var| {
+                    let out = scratch_dir().join(format!("split.{guest}.{k}"));
+                    let file_opt = format!("--cachegrind-out-file={}", out.display());
+                    let clg_opt = format!("--callgrind-out-file={}", out.display());
+                    let mut opts = tool.to_vec();
+                    match k {
+                        0 => opts.push(&file_opt),
+                        1 => opts.push(&clg_opt),
+                        _ => {}
+                    }
+                    opts.push("--trace-blocks=yes");
+                    let env = [(*var, "1"), ("RGRIND_CHECK_SPLIT", "1")];
+                    let o = run_rgrind(&opts, &cmd.clone().env_exact(&env));
+                    assert!(
+                        !o.stderr_str().contains("internal error"),
+                        "{guest} {tool:?} {var}: {}",
+                        o.describe()
+                    );
+                    let placed_apart = o.stderr_str().matches(", out of line at ").count();
+                    if var.ends_with('X') {
+                        assert!(placed_apart > 0, "{guest} {tool:?}: nothing placed apart");
+                    } else {
+                        assert_eq!(placed_apart, 0, "{guest} {tool:?} {var}");
+                    }
+                    let profile = std::fs::read_to_string(&out).unwrap_or_default();
+                    let profile = profile
+                        .lines()
+                        .filter(|l| !l.starts_with("pid:") && !l.starts_with("cmd:"))
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    (format!("{:?} {}", o.end(), o.stdout_str()), profile)
+                })
+                .collect();
+            assert_eq!(runs[0].0, runs[1].0, "{guest} {tool:?}: output");
+            assert!(
+                runs[0].1 == runs[1].1,
+                "{guest} {tool:?}: {}",
+                rgrind_tests::first_difference(runs[0].1.as_bytes(), runs[1].1.as_bytes())
+            );
+        }
+    }
+}
+
 /// Two ways of skipping work change no count: line entries (`RGRIND_NO_LINE_ENTRIES`) and
 /// cache checks sharing their scans past way 1 (`RGRIND_NO_SHARED_SCANS`, under both
 /// simulating tools: Callgrind's LL hits go to the running cost centre). Profiles with and
