@@ -274,6 +274,10 @@ pub struct InlineRec {
 /// no execution), pushes the arc's frame with the stub frame's `sp`, `nonskipped` and
 /// `next_sp`, and clears the state. `drop` is the bytes the return case pops (one frame, or
 /// both frames of a stub call).
+///
+/// A cost centre has two plans, one after the other (calls from one site into two callees in
+/// turn: an indirect call through a table or a virtual call); what is armed is the first's
+/// address, and the cases take the one that names their block.
 #[repr(C)]
 pub struct CallPlan {
     /// The callee block (`InlineJump::bb`; 0: no plan).

@@ -1329,6 +1329,9 @@ struct PlanOffsets {
     from_bbcc: i32,
 }
 
+/// The size of a `CallPlan`: a cost centre's second plan follows its first.
+const PLAN_BYTES: i32 = size_of::<super::calltrack::CallPlan>() as i32;
+
 const PLAN_OFF: PlanOffsets = {
     use super::calltrack::CallPlan as P;
     use core::mem::offset_of;
@@ -2335,8 +2338,9 @@ fn inc_at(a: &mut Asm, x: u8) {
 }
 
 /// The start of every case on a `CallPlan`: rax, rcx, rdx saved (`at_start`; else they are)
-/// and the flags (unless dead), then the checks: rdx = the state, rax = the armed plan,
-/// which names this block (`callee`, or `stub` for the stub case) and whose return address
+/// and the flags (unless dead), then the checks: rdx = the state, rax = the armed cost
+/// centre's plan that names this block (`callee`, or `stub` for the stub case: the first
+/// plan or the second after it), whose return address
 /// is `[rsp]`, the running thread owns the state and the frame cases are armed. Else to
 /// `fail`; a tail call's plan (return address 0) to `tail` (to `fail` without one).
 fn plan_checks(
@@ -2369,7 +2373,12 @@ fn plan_checks(
         ; jbe =>fail
         ; mov rcx, QWORD j.bb as i64
         ; cmp rcx, QWORD [rax + target]
+        ; je >named
+        // The calling cost centre's second plan (`CallPlan`) lies right after its first.
+        ; add rax, PLAN_BYTES
+        ; cmp rcx, QWORD [rax + target]
         ; jne =>fail
+        ; named:
         ; cmp QWORD [rdx + base_neg], 0
         ; je =>fail
         ; mov rcx, QWORD [rax + p.ret_addr]

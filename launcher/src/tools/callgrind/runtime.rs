@@ -497,8 +497,28 @@ pub struct Bbcc {
     pub last_call: [u64; 2],
     /// The last jump arc from here, the same way (`--collect-jumps`).
     pub last_jump: u64,
-    /// The inline call path's plan of the last fast-path call from here.
-    pub plan: CallPlan,
+    /// The inline call path's plans of the last fast-path calls from here into two callees
+    /// (an indirect call site often alternates between two: `plan_for`); the inline code
+    /// is given the first's address and tries the second after it.
+    pub plan: [CallPlan; 2],
+}
+
+impl Bbcc {
+    /// The plan a fast-path call from here into `bb` goes to: the one naming `bb`, else an
+    /// unused one, else the second (the first keeps the callee planned first).
+    fn plan_for(&self, bb: &BlockInfo) -> &CallPlan {
+        let first = self.plan[0].callee.load(Ordering::Relaxed);
+        if first == bb as *const BlockInfo as u64 || first == 0 {
+            &self.plan[0]
+        } else {
+            &self.plan[1]
+        }
+    }
+
+    /// The address inline code is given for the plans (`CallPlan`).
+    fn plans(&self) -> u64 {
+        &self.plan[0] as *const CallPlan as u64
+    }
 }
 
 /// A jump arc between two cost centres (`--collect-jumps`), at the source block's last
@@ -969,7 +989,7 @@ impl Runtime {
         j.alt_neg_key.store(j.neg_key.load(r), r);
         j.count.store(count as u64, r);
         j.miss.store(miss, r);
-        j.plan.store(&c.plan as *const CallPlan as u64, r);
+        j.plan.store(c.plans(), r);
         j.neg_key.store(ik.wrapping_neg(), r);
     }
 
@@ -994,7 +1014,7 @@ impl Runtime {
             miss: vec![0; bb.n_insns as usize * self.miss_slots].into_boxed_slice(),
             last_call: [u64::MAX; 2],
             last_jump: u64::MAX,
-            plan: CallPlan::new(),
+            plan: [CallPlan::new(), CallPlan::new()],
         }));
         self.bbcc_map.insert(key, id);
         id
@@ -1470,14 +1490,14 @@ impl Runtime {
             let inc = a_new.wrapping_sub(a_old);
             let (lo, hi) = level_range(recs, idx, inc);
             let (callee_plan, callee_miss) = match self.bbccs.get(to as usize) {
-                Some(c) => (&c.plan as *const CallPlan as u64, Self::miss_ptr(c) as u64),
+                Some(c) => (c.plans(), Self::miss_ptr(c) as u64),
                 None => return true,
             };
             let arc_count = match self.jccs.get(j as usize) {
                 Some(jc) => &jc.count as *const u64 as u64,
                 None => return true,
             };
-            let Some(p) = self.bbccs.get(from as usize).map(|c| &c.plan) else {
+            let Some(p) = self.bbccs.get(from as usize).map(|c| c.plan_for(bb)) else {
                 return true;
             };
             let r = Ordering::Relaxed;
@@ -1962,7 +1982,7 @@ impl Runtime {
                 return true;
             };
             let (callee_plan, arc_count, callee_miss) = (
-                &tc.plan as *const CallPlan as u64,
+                tc.plans(),
                 &jc.count as *const u64 as u64,
                 Self::miss_ptr(tc) as u64,
             );
@@ -1970,7 +1990,7 @@ impl Runtime {
                 return true;
             };
             let sink = core::ptr::addr_of_mut!(fc.skipped[R_IR]) as u64;
-            let p = &fc.plan;
+            let p = fc.plan_for(bb);
             let r = Ordering::Relaxed;
             if via_stub || tail_stub {
                 // (A tail call's plan has `ret_addr` 0: the frame takes the key of the frame
@@ -2457,7 +2477,7 @@ impl Runtime {
                 let call = (lbb.exit == Exit::Call && lbb.rep.is_empty()) || lbb.tail_jump;
                 if let (true, Some(b)) = (call, t.last_bbcc) {
                     if let Some(c) = self.bbccs.get(b as usize) {
-                        exit = &c.plan as *const CallPlan as u64;
+                        exit = c.plans();
                     }
                 }
             }
