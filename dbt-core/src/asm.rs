@@ -3,7 +3,7 @@
 //! placed in two (`translate::split`). Emitted code refers to itself only through labels
 //! (anything else it reaches by absolute address, or, like the counters, from the hot part
 //! only), so these references are all that placing the parts apart must re-encode.
-use dynasmrt::components::{LabelRegistry, PatchLoc};
+use dynasmrt::components::PatchLoc;
 use dynasmrt::x64::X64Relocation;
 use dynasmrt::{
     AssemblyOffset, DynamicLabel, DynasmApi, DynasmError, DynasmLabelApi, VecAssembler,
@@ -32,10 +32,6 @@ impl Asm {
 
     pub fn new_dynamic_label(&mut self) -> DynamicLabel {
         self.inner.new_dynamic_label()
-    }
-
-    pub fn labels(&self) -> &LabelRegistry {
-        self.inner.labels()
     }
 
     /// The code, with every label reference resolved.
@@ -84,6 +80,24 @@ impl DynasmApi for Asm {
     }
 }
 
+/// The relocations to static labels, passed on as they are (local labels never cross
+/// a translation's parts: each is defined and used within one emitted sequence).
+macro_rules! delegate_static_relocations {
+    ($($name:ident),*) => {$(
+        fn $name(
+            &mut self,
+            label: &'static str,
+            target_offset: isize,
+            field_offset: u8,
+            ref_offset: u8,
+            kind: X64Relocation,
+        ) {
+            self.inner
+                .$name(label, target_offset, field_offset, ref_offset, kind)
+        }
+    )*};
+}
+
 impl DynasmLabelApi for Asm {
     type Relocation = X64Relocation;
 
@@ -96,39 +110,7 @@ impl DynasmLabelApi for Asm {
     fn dynamic_label(&mut self, id: DynamicLabel) {
         self.inner.dynamic_label(id)
     }
-    fn forward_relocation(
-        &mut self,
-        name: &'static str,
-        target_offset: isize,
-        field_offset: u8,
-        ref_offset: u8,
-        kind: X64Relocation,
-    ) {
-        self.inner
-            .forward_relocation(name, target_offset, field_offset, ref_offset, kind)
-    }
-    fn backward_relocation(
-        &mut self,
-        name: &'static str,
-        target_offset: isize,
-        field_offset: u8,
-        ref_offset: u8,
-        kind: X64Relocation,
-    ) {
-        self.inner
-            .backward_relocation(name, target_offset, field_offset, ref_offset, kind)
-    }
-    fn global_relocation(
-        &mut self,
-        name: &'static str,
-        target_offset: isize,
-        field_offset: u8,
-        ref_offset: u8,
-        kind: X64Relocation,
-    ) {
-        self.inner
-            .global_relocation(name, target_offset, field_offset, ref_offset, kind)
-    }
+    delegate_static_relocations!(forward_relocation, backward_relocation, global_relocation);
     fn dynamic_relocation(
         &mut self,
         id: DynamicLabel,
