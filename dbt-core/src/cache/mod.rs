@@ -28,7 +28,7 @@ struct Chunk {
     end: u64,
     /// Translations' hot parts grow up from `base` to `used`...
     used: u64,
-    /// ... and their cold parts (`CodeCache::place_cold`) down from `end` to `cold`.
+    /// ... and their cold parts (`CodeCache::cold_room`) down from `end` to `cold`.
     cold: u64,
     /// Placed wherever the kernel put it because nothing near was free: serves any guest
     /// address (RIP-relative operands then go through a scratch register).

@@ -814,10 +814,8 @@ pub fn translate(
         split::check_relocated(&original, &code, host, parts, cold).map_err(internal)?;
     }
     // Where byte `off` of the code as emitted lies.
-    let placed = |off: usize| match cold {
-        Some(cold) if off >= hot_len => cold + (off - hot_len) as u64,
-        _ => host + off as u64,
-    };
+    let placed =
+        |off: usize| cold.map_or(host + off as u64, |c| split::placed(off, host, hot_len, c));
     let placed_len = if cold.is_some() { hot_len } else { code.len() };
     // SAFETY: `host..host+bound` was reserved in an RWX chunk for this translation and
     // `cold..cold+len-hot_len` below that chunk's cold parts (`cold_room`); no other code has

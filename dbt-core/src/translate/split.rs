@@ -22,7 +22,7 @@ pub(super) struct Parts {
 
 /// Where byte `off` of a translation emitted as one piece at `host` lies with its cold part
 /// (from `hot_len` on) at `cold`.
-fn placed(off: usize, host: u64, hot_len: usize, cold: u64) -> u64 {
+pub(super) fn placed(off: usize, host: u64, hot_len: usize, cold: u64) -> u64 {
     if off >= hot_len {
         cold + (off - hot_len) as u64
     } else {
