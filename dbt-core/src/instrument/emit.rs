@@ -2,8 +2,9 @@
 //!
 //! The translator calls `Plan::emit_before(i)` before it emits guest instruction `i`,
 //! `Plan::emit_rep(i)` in place of a `rep` string instruction that needs per-iteration work,
-//! `Plan::emit_literals` after the block body and `Plan::emit_slow_paths` after them (before
-//! the exit stubs): the out-of-line code, which may be moved away (`translate::split`).
+//! `Plan::emit_near_paths` after the block body (the out-of-line parts that stay with it),
+//! `Plan::emit_literals` after them and `Plan::emit_slow_paths` last (before the exit stubs):
+//! the rest of the out-of-line code, which may be moved away (`translate::split`).
 //!
 //! # Invariants
 //! * Every sequence restores the registers it borrowed (through `gs:[instr_scratch]`) and, if
@@ -923,6 +924,22 @@ impl Plan {
                 dynasm!(a ; .arch x64 ; =>label ; .u64 value);
             }
         }
+    }
+
+    /// Emits the out-of-line parts that run often enough to stay with the block body when
+    /// the rest moves away (`translate::split`): the data checks', whose first steps find
+    /// most non-MRU hits in ways 1 and 2 (`data_way1`). Measured against all parts apart
+    /// (alternating runs): cachegrind with simulation python3 and sqlite −2 to −5%, matmul
+    /// −2%; callgrind with simulation within ±2%.
+    pub(crate) fn emit_near_paths(&mut self, a: &mut Asm) -> Result<(), String> {
+        let (near, rest) = std::mem::take(&mut self.slow)
+            .into_iter()
+            .partition(|s| matches!(s.kind, SlowKind::Data { .. }));
+        self.slow = rest;
+        for s in near {
+            emit_slow(a, s)?;
+        }
+        Ok(())
     }
 
     /// Emits the out-of-line code of failed checks (after `emit_literals`).

@@ -783,6 +783,8 @@ pub fn translate(
             em.jmp_exit(ExitKind::Trap { signal, next }, addr);
         }
     }
+    let body_len = em.off() as u64 - IBL_ENTRY_OFFSET;
+    plan.emit_near_paths(&mut em.ops).map_err(internal)?;
     let body_end = em.off();
     plan.emit_literals(&mut em.ops);
     let parts = split::Parts {
@@ -850,7 +852,6 @@ pub fn translate(
         exit_ids.push(id);
     }
     if opts.trace_blocks {
-        let body_len = body_end as u64 - IBL_ENTRY_OFFSET;
         eprintln!(
             "--rgrind-- translate {guest:#x}-{guest_end:#x} ({} insns) -> {entry:#x} ({} bytes, body {body_len}{})",
             insns.len(),

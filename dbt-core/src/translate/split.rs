@@ -12,8 +12,8 @@ use crate::asm::LabelRef;
 use dynasmrt::relocations::{Relocation, RelocationKind};
 use iced_x86::{Decoder, DecoderOptions, Instruction, OpKind};
 /// The byte offsets of a translation emitted as one piece (`Emitter`): instructions in
-/// `[0, body_end)`, data (the literal pool) in `[body_end, hot_len)`, instructions in
-/// `[hot_len, len)`: the cold part.
+/// `[0, body_end)` (the body and the out-of-line parts that stay with it), data (the literal
+/// pool) in `[body_end, hot_len)`, instructions in `[hot_len, len)`: the cold part.
 #[derive(Clone, Copy)]
 pub(super) struct Parts {
     pub body_end: usize,
