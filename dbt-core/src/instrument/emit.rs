@@ -942,7 +942,8 @@ impl Plan {
         Ok(())
     }
 
-    /// Emits the out-of-line code of failed checks (after `emit_literals`).
+    /// Emits the rest of the out-of-line code of failed checks (after `emit_literals`): the
+    /// part that may be moved away.
     pub(crate) fn emit_slow_paths(&mut self, a: &mut Asm) -> Result<(), String> {
         debug_assert!(!self.stashed, "flags still held at the block's end");
         debug_assert!(

@@ -11,6 +11,7 @@
 use crate::asm::LabelRef;
 use dynasmrt::relocations::{Relocation, RelocationKind};
 use iced_x86::{Decoder, DecoderOptions, Instruction, OpKind};
+
 /// The byte offsets of a translation emitted as one piece (`Emitter`): instructions in
 /// `[0, body_end)` (the body and the out-of-line parts that stay with it), data (the literal
 /// pool) in `[body_end, hot_len)`, instructions in `[hot_len, len)`: the cold part.
@@ -54,12 +55,16 @@ pub(super) fn relocate_cold(
             .wrapping_add(reference.wrapping_sub(field.start) as u64);
         let value = placed(r.target, host, hot_len, cold).wrapping_sub(ref_addr) as i64 as isize
             + p.target_offset;
-        let mut bytes = code[field.clone()].to_vec();
-        p.relocation.write_value(&mut bytes, value).ok()?;
+        // A field is at most 8 bytes; written aside so that a failure leaves `code` as it was.
+        let mut bytes = [0u8; 8];
+        let n = field.len();
+        bytes[..n].copy_from_slice(&code[field.clone()]);
+        p.relocation.write_value(&mut bytes[..n], value).ok()?;
         patches.push((field, bytes));
     }
     for (field, bytes) in patches {
-        code[field].copy_from_slice(&bytes);
+        let n = field.len();
+        code[field].copy_from_slice(&bytes[..n]);
     }
     Some(())
 }
