@@ -220,9 +220,20 @@ pub(crate) struct Plan {
     slow: Vec<Slow>,
     /// 8-byte constants read `rip`-relative, emitted after the block body (`emit_literals`).
     literals: Vec<(DynamicLabel, u64)>,
-    /// Per instruction, the guest registers dead before it (`gpr_dead_before`; empty when no
+    /// Per instruction, the guest registers dead before it (`gpr_dead_and_written`; empty when no
     /// data check needs them).
     dead: Vec<u16>,
+    /// Per instruction, the guest registers it may write (`gpr_dead_and_written`; empty
+    /// like `dead`).
+    written: Vec<u16>,
+    /// Whether `gs:[IS0]` (`[0]`) and `gs:[IS1]` (`[1]`) hold the guest's rax and rcx as they
+    /// are now, so that a check borrowing them needs not save them again: a data check or
+    /// fetch check put them back from there and nothing since has written them (only guest
+    /// instructions that leave them alone, and only straight-line code: no entry point in
+    /// between). Saving a register a check has just restored made each check wait for the
+    /// store before it (the value goes through memory again); callgrind with cache
+    /// simulation pays that on most blocks.
+    fresh: [bool; 2],
     /// Per instruction, `super::flags_transparent`.
     transparent: Vec<bool>,
     /// Whether the code emitted so far leaves the guest's (live) arithmetic flags held in
@@ -250,7 +261,7 @@ impl Plan {
     pub(crate) fn new(
         view: &BlockView,
         ins: Instrumenter,
-        dead: Vec<u16>,
+        (dead, written): (Vec<u16>, Vec<u16>),
         live: Vec<bool>,
     ) -> Plan {
         let n = view.insns.len();
@@ -286,6 +297,8 @@ impl Plan {
             slow: Vec::new(),
             literals: Vec::new(),
             dead,
+            written,
+            fresh: [false; 2],
             transparent: super::flags_transparent(view),
             stashed: false,
             entry_fetch,
@@ -307,6 +320,8 @@ impl Plan {
             slow: Vec::new(),
             literals: Vec::new(),
             dead: Vec::new(),
+            written: Vec::new(),
+            fresh: [false; 2],
             transparent: Vec::new(),
             stashed: false,
             entry_fetch: None,
@@ -524,6 +539,11 @@ impl Plan {
         if self.stashed && !self.may_hold_through(i) {
             self.unstash(a, i);
         }
+        let kept = match i.checked_sub(1).and_then(|p| self.written.get(p)) {
+            Some(&w) => [w & (1 << RAX) == 0, w & (1 << RCX) == 0],
+            None => [false; 2],
+        };
+        self.fresh = [self.fresh[0] && kept[0], self.fresh[1] && kept[1]];
         let first = self.entry_fetch.filter(|_| i == 0);
         if let Some(k) = first {
             if let Op::Fetch {
@@ -535,6 +555,8 @@ impl Plan {
             {
                 self.fetch(a, i, cache, helper, after_miss);
                 self.line_entry = self.fetched.map(|l| (a.offset().0, l));
+                // The line entry comes in here without that check's saves.
+                self.fresh = [false; 2];
             }
         }
         // Whether the previous op left its registers and flags saved for this one.
@@ -544,6 +566,10 @@ impl Plan {
                 continue;
             }
             if self.applies_at(&self.ops[k], i) {
+                if !matches!(self.ops[k], Op::Data { .. } | Op::Fetch { .. }) {
+                    // Other code may use the slots for its own values.
+                    self.fresh = [false; 2];
+                }
                 // What may touch the fetched lines' cache forgets them (a fetch check sets
                 // them anew); a tool's plain helper calls must leave its caches alone.
                 self.fetched = self.fetched.filter(|f| match self.ops[k] {
@@ -874,6 +900,8 @@ impl Plan {
             } = self.ops[k]
             {
                 if insn == i {
+                    // The loop comes back here after the guest's iteration.
+                    self.fresh = [false; 2];
                     let regs = self.data_regs(i, true);
                     self.data(
                         a,
@@ -885,6 +913,7 @@ impl Plan {
                 }
             }
         }
+        self.fresh = [false; 2];
         if let (true, Some((_, iterations))) = (cond, rep) {
             add_one(a, host, iterations, (true, None));
         }
@@ -1022,7 +1051,12 @@ impl Plan {
             });
             return;
         }
-        dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
+        if !self.fresh[0] {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+        }
+        if !self.fresh[1] {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+        }
         for (k, &(line, tag)) in lines.iter().enumerate() {
             let neg = line.wrapping_neg();
             if tag + 8 <= 1 << 31 {
@@ -1042,6 +1076,7 @@ impl Plan {
         dynasm!(a ; .arch x64 ; jmp =>entry);
         self.slow.push(Slow { entry, back, kind });
         dynasm!(a ; .arch x64 ; =>back ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
+        self.fresh = [true; 2];
     }
 
     // dynasm's dynamic registers (`Rq(n)`) expand to a `.into()` of the `u8` given.
@@ -1080,10 +1115,10 @@ impl Plan {
                 shared: self.shared_scans,
             },
         });
-        if saved[0] && !chained {
+        if saved[0] && !chained && !self.fresh[0] {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
         }
-        if saved[1] && !chained {
+        if saved[1] && !chained && !self.fresh[1] {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
         }
         effective_address(a, &acc, dref.offset, gpr(w), gpr(l))?;
@@ -1142,9 +1177,11 @@ impl Plan {
         }
         if saved[1] {
             dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1]);
+            self.fresh[1] = true;
         }
         if saved[0] {
             dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
+            self.fresh[0] = true;
         }
         Ok(())
     }

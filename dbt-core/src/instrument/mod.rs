@@ -659,10 +659,18 @@ pub fn unstash_flags(efl: u64, held: u64) -> u64 {
 /// `cmpxchg` may not write. A write of 8 or 16 bits keeps the rest of the register, so it is
 /// a read. Everything is live at the end of the block, around `rep` instructions and client
 /// requests, and across control flow.
-pub(crate) fn gpr_dead_before(view: &BlockView, factory: &mut InstructionInfoFactory) -> Vec<u16> {
+///
+/// Second, for each instruction, the registers it may write (all of them for a `rep`
+/// instruction, a client request or anything but plain straight-on flow): what the data
+/// checks need to know to trust a register saved before it (`emit::Plan::fresh`).
+pub(crate) fn gpr_dead_and_written(
+    view: &BlockView,
+    factory: &mut InstructionInfoFactory,
+) -> (Vec<u16>, Vec<u16>) {
     const RSP: u16 = 1 << 4;
     let n = view.insns.len();
     let mut dead = vec![0u16; n];
+    let mut written = vec![u16::MAX; n];
     let mut cur = 0u16; // dead after the block: none
     for i in (0..n).rev() {
         let v = &view.insns[i];
@@ -693,7 +701,7 @@ pub(crate) fn gpr_dead_before(view: &BlockView, factory: &mut InstructionInfoFac
                 | Mnemonic::Andn
                 | Mnemonic::Movbe
         );
-        let (mut read, mut killed) = (0u16, 0u16);
+        let (mut read, mut killed, mut writes) = (0u16, 0u16, 0u16);
         for r in factory.info(v.insn).used_registers() {
             let reg = r.register();
             if !reg.is_gpr() {
@@ -701,6 +709,15 @@ pub(crate) fn gpr_dead_before(view: &BlockView, factory: &mut InstructionInfoFac
             }
             let bit = 1u16 << (reg.full_register() as u32 - Register::RAX as u32);
             let full_width = reg.is_gpr64() || reg.is_gpr32();
+            if matches!(
+                r.access(),
+                OpAccess::Write
+                    | OpAccess::CondWrite
+                    | OpAccess::ReadWrite
+                    | OpAccess::ReadCondWrite
+            ) {
+                writes |= bit;
+            }
             // A write that may not happen (or keeps part of the register) lets the old value
             // through: for liveness it is a read.
             match r.access() {
@@ -711,8 +728,9 @@ pub(crate) fn gpr_dead_before(view: &BlockView, factory: &mut InstructionInfoFac
         }
         cur = ((cur | killed) & !read) & !RSP;
         dead[i] = cur;
+        written[i] = writes;
     }
-    dead
+    (dead, written)
 }
 
 /// Asks `tool` to instrument the decoded block and returns what to emit.
@@ -735,16 +753,16 @@ pub(crate) fn plan_block(
     // Dead registers serve as scratch without saving: for data checks, callgrind's block
     // start, and a block counter where the flags are live (in a block where they are live
     // throughout; see `emit::Plan::new`).
-    let dead = if ins.ops.iter().any(|o| match o {
+    let (dead, written) = if ins.ops.iter().any(|o| match o {
         Op::Data { .. } | Op::CallFallbackInline { .. } => true,
         Op::CountBlock(_) => live.iter().all(|&l| l),
         _ => false,
     }) {
-        gpr_dead_before(&view, &mut factory)
+        gpr_dead_and_written(&view, &mut factory)
     } else {
-        Vec::new()
+        (Vec::new(), Vec::new())
     };
-    emit::Plan::new(&view, ins, dead, live)
+    emit::Plan::new(&view, ins, (dead, written), live)
 }
 
 #[cfg(test)]
@@ -752,15 +770,39 @@ mod tests {
     use super::*;
     use iced_x86::{Decoder, DecoderOptions};
 
-    /// `gpr_dead_before` for the block `code` (decoded at 0x1000).
-    fn dead_masks(code: &[u8]) -> Vec<u16> {
+    /// `gpr_dead_and_written` for the block `code` (decoded at 0x1000).
+    fn dead_and_written(code: &[u8]) -> (Vec<u16>, Vec<u16>) {
         let insns: Vec<Instruction> = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE)
             .into_iter()
             .collect();
         let crs = vec![false; insns.len()];
         let mut factory = InstructionInfoFactory::new();
         let view = block_view(&insns, &crs, &mut factory);
-        gpr_dead_before(&view, &mut factory)
+        gpr_dead_and_written(&view, &mut factory)
+    }
+
+    fn dead_masks(code: &[u8]) -> Vec<u16> {
+        dead_and_written(code).0
+    }
+
+    #[test]
+    fn written_registers_include_partial_conditional_and_implicit_writes() {
+        // mov dl, 2; cmove rbx, rcx; mul rcx; lea rcx, [rax + 1]; add [rdi], eax; rep stosb;
+        // ret
+        let (_, w) = dead_and_written(&[
+            0xb2, 0x02, 0x48, 0x0f, 0x44, 0xd9, 0x48, 0xf7, 0xe1, 0x48, 0x8d, 0x48, 0x01, 0x01,
+            0x07, 0xf3, 0xaa, 0xc3,
+        ]);
+        assert_eq!(w.len(), 7);
+        assert_eq!(w[0], RDX);
+        assert_eq!(w[1], RBX);
+        assert_eq!(w[2], RAX | RDX);
+        assert_eq!(w[3], RCX);
+        // A store writes memory, no register.
+        assert_eq!(w[4], 0);
+        // A `rep` instruction and the block's last (control flow) count as writing all.
+        assert_eq!(w[5], u16::MAX);
+        assert_eq!(w[6], u16::MAX);
     }
 
     const RAX: u16 = 1;
