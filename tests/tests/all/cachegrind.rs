@@ -224,6 +224,19 @@ fn dense_data_checks_fit_their_translation() {
     );
 }
 
+/// A data check that borrows rax or rcx skips saving it again while its scratch slot still
+/// holds the guest's value (`Plan::fresh`); an instruction writing the register in between
+/// (fully, partly, implicitly, conditionally, by exchange) must make the next check save it,
+/// or the guest gets the old value back. With every register live the checks have no other
+/// register to borrow; the guest prints a sum of all of them.
+#[test]
+fn checks_save_borrowed_registers_the_instruction_before_wrote() {
+    same_as_native_under_simulation(
+        &Cmd::guest("scratchregs"),
+        &[&[], &["--D1=1024,1,64", "--LL=16384,2,64"]],
+    );
+}
+
 /// Between two data checks the guest's live flags are held aside (`Plan::stashed`); a load
 /// that faults there must still show the guest's flags to its SIGSEGV handler, and the code
 /// after it must branch on them, under both simulating tools.
