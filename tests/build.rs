@@ -38,7 +38,11 @@ const GUESTS: &[Guest] = &[
     g("dflag", "dflag.S", &["-nostdlib", "-static", "-no-pie"]),
     g("loops", "loops.S", &["-nostdlib", "-static", "-no-pie"]),
     g("gotswap", "gotswap.S", &["-nostdlib", "-static", "-no-pie"]),
-    g("scratchregs", "scratchregs.S", &["-nostdlib", "-static", "-no-pie"]),
+    g(
+        "scratchregs",
+        "scratchregs.S",
+        &["-nostdlib", "-static", "-no-pie"],
+    ),
     g("auxv", "auxv.c", &[]),
     g("auxv-nopie", "auxv.c", &["-no-pie"]),
     g("auxv-static", "auxv.c", &["-static"]),
