@@ -2,6 +2,7 @@
  * PLT stubs and -fno-plt calls do) whose function changes every third round. rgrind links
  * such a jump straight to the function the slot held when it was translated; the other
  * function must still be reached. Prints the sum of all results in hex and exits with 0. */
+#include "print_hex.inc"
         .globl _start
         .text
 _start:
@@ -26,21 +27,7 @@ _start:
         mov     %rax, slot(%rip)
 2:      dec     %r13
         jnz     1b
-        lea     out+16(%rip), %rdi      /* 16 hex digits of the sum, backwards */
-        mov     $16, %ecx
-3:      dec     %rdi
-        mov     %r12, %rax
-        and     $15, %eax
-        movzbl  hex(%rax), %eax
-        mov     %al, (%rdi)
-        shr     $4, %r12
-        dec     %ecx
-        jnz     3b
-        mov     $1, %eax                /* write(1, out, 17) */
-        mov     $1, %edi
-        lea     out(%rip), %rsi
-        mov     $17, %edx
-        syscall
+        print_hex %r12, out
         mov     $60, %eax               /* exit(0) */
         xor     %edi, %edi
         syscall
@@ -58,5 +45,5 @@ hex:    .ascii  "0123456789abcdef"
         .data
         .balign 8
 slot:   .quad   f1
-out:    .ascii  "????????????????\n"
+out:    .fill   17, 1, 0
         .section .note.GNU-stack,"",@progbits

@@ -3,6 +3,7 @@
  * must save the values the instruction before it wrote: a full write, a partial one, an
  * implicit one (`mul`), a conditional one (`cmov`), an exchange with memory. Prints the sum of
  * all registers and the data words in hex (the same natively and under any tool). No libc. */
+#include "print_hex.inc"
         .globl _start
         .text
 _start:
@@ -61,23 +62,7 @@ _start:
         cmp     $13, %ecx
         jne     1b
 
-        lea     out+16(%rip), %rsi      /* 16 hex digits and a newline */
-        movb    $10, (%rsi)
-        mov     $16, %ecx
-2:      dec     %rsi
-        mov     %r8, %rax
-        and     $15, %eax
-        lea     hex(%rip), %rdx
-        movzbl  (%rdx,%rax), %eax
-        mov     %al, (%rsi)
-        shr     $4, %r8
-        dec     %ecx
-        jnz     2b
-
-        mov     $1, %eax                /* write(1, out, 17) */
-        mov     $1, %edi
-        mov     $17, %edx
-        syscall
+        print_hex %r8, out
         mov     $60, %eax               /* exit(0) */
         xor     %edi, %edi
         syscall
