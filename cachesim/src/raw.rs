@@ -145,15 +145,6 @@ unsafe fn free_zeroed<T: ZeroIsValid>(ptr: NonNull<T>, len: u64, mapped: bool) {
     drop(unsafe { Box::from_raw(slice) });
 }
 
-/// `row` as `u64` words of two tags each (way `2i` in word `i`'s low half), when it is whole
-/// aligned words; `None` otherwise (odd length, or an odd start).
-pub(crate) fn as_tag_pairs(row: &mut [u32]) -> Option<&mut [u64]> {
-    // SAFETY: two `u32`s are a valid `u64` and a `u64` two valid `u32`s; `align_to_mut`
-    // reinterprets only the aligned middle, and the result borrows `row` exclusively.
-    let (head, words, tail) = unsafe { row.align_to_mut::<u64>() };
-    (head.is_empty() && tail.is_empty()).then_some(words)
-}
-
 /// An owned, zero-initialised array for the simulator's own tables (the LL's rows): like a
 /// `Box<[T]>`, but a large one gets a mapping of its own with transparent huge pages (see
 /// `HUGE_TAGS_MIN_BYTES`).
