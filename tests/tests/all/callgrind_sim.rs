@@ -694,3 +694,84 @@ fn periodic_dumps_with_simulation_and_jumps_add_up_to_one_run() {
     assert!((990_000..=1_000_001).contains(&bc), "Bc of spin: {bc}");
     assert_eq!(mid.fn_ev("spin", "Ir"), 19 * bc);
 }
+
+/// Instrumentation switched on and off from the guest, with work in between that is not
+/// simulated.
+const TOGGLED_C: &str = r#"#include <stdio.h>
+#include <valgrind/callgrind.h>
+static long table[1 << 17];
+__attribute__((noinline)) long sweep(int stride) {
+    long s = 0;
+    for (int r = 0; r < 3; r++)
+        for (int i = 0; i < (1 << 17); i += stride) { table[i] += i; s += table[i]; }
+    return s;
+}
+int main(void) {
+    long s = sweep(8);
+    for (int k = 0; k < 3; k++) {
+        CALLGRIND_START_INSTRUMENTATION;
+        s += sweep(8 + k);
+        CALLGRIND_STOP_INSTRUMENTATION;
+        s += sweep(1);
+    }
+    printf("%ld\n", s);
+    return 0;
+}
+"#;
+
+/// Callgrind clears the simulated caches whenever instrumentation is switched on or off;
+/// the LL's MRU copy that generated code reads must stay where it was. Until the
+/// twenty-fourth session a clear reallocated it, and with an LL of 16384 sets or more (the
+/// host's own 64 MiB LL here, and CodSpeed-like runs on large hosts) the first
+/// `CALLGRIND_START_INSTRUMENTATION` left the inline check reading an unmapped page (that
+/// build crashes here with every LL of 32 MiB and up; whether freed memory is unmapped
+/// depends on the allocator, so `cachesim`'s unit test that `clear` keeps the address is the
+/// exact guard). The events after each switch must be Valgrind's.
+#[test]
+fn instrumentation_switches_clear_a_large_ll_in_place() {
+    if !Path::new("/usr/include/valgrind/callgrind.h").exists() {
+        println!("valgrind/callgrind.h not installed: test skipped");
+        return;
+    }
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let Some(exe) = build("clgsim_toggled.c", TOGGLED_C, &["-O1"]) else {
+        return;
+    };
+    let opts = [
+        "--cache-sim=yes",
+        "--instr-atstart=no",
+        "--I1=32768,8,64",
+        "--D1=32768,8,64",
+        "--LL=67108864,16,64",
+    ];
+    let (mine, theirs) = mine_and_valgrinds(&vg, &exe, "toggled", &opts);
+    assert_eq!(mine.events, theirs.events);
+    let (m, t) = (&mine.self_cost["sweep"], &theirs.self_cost["sweep"]);
+    for (i, e) in mine.events.iter().enumerate() {
+        let (a, b) = (
+            m.get(i).copied().unwrap_or(0),
+            t.get(i).copied().unwrap_or(0),
+        );
+        if e == "Ir" {
+            assert_eq!(a, b, "self Ir of sweep");
+        } else {
+            assert!(
+                a.abs_diff(b) * 50 <= b,
+                "{e} of sweep: {a} vs Valgrind's {b}"
+            );
+        }
+    }
+    // Each instrumented sweep starts from cleared caches: its first pass misses LL once per
+    // line it reads (a stride of 8 or more longs reads a new line each time), and the table
+    // (1 MiB) stays in LL for the other two.
+    let reads = |stride: u64| (1u64 << 17).div_ceil(stride);
+    let misses = mine.fn_ev("sweep", "DLmr") + mine.fn_ev("sweep", "DLmw");
+    assert_eq!(
+        misses,
+        reads(8) + reads(9) + reads(10),
+        "LL misses of sweep"
+    );
+}
