@@ -3862,8 +3862,10 @@ fn add_one(a: &mut Asm, host: u64, ctr: *mut u64, (flags_live, scratch): (bool, 
         // value does not matter).
     }
     // Flags live: a flag-free increment through one borrowed register, rip-relative when the
-    // counter is within reach (the load ends 9 + 7 bytes after `at`, the store 9 + 7 + 4 + 7).
-    let load_end = at as i64 + 9 + 7;
+    // counter is within reach (the load ends 9 + 7 bytes after here, the store 4 + 7 after
+    // that). Not from `at`: the way above may have emitted a load before it found the store
+    // out of reach.
+    let load_end = (host + a.offset().0 as u64) as i64 + 9 + 7;
     let store_end = load_end + 4 + 7;
     if let (Ok(dl), Ok(ds)) = (
         i32::try_from(ctr as i64 - load_end),
