@@ -372,22 +372,15 @@ fn events_match_valgrind_per_function() {
             "tail_twice",
             "tail_len",
         ] {
-            let (m, t) = (&mine.self_cost[f], &theirs.self_cost[f]);
-            for (i, e) in mine.events.iter().enumerate() {
-                let (a, b) = (
-                    m.get(i).copied().unwrap_or(0),
-                    t.get(i).copied().unwrap_or(0),
-                );
-                if e == "Ir" {
-                    assert_eq!(a, b, "{tag}: self Ir of {f}");
-                } else {
-                    let diff = a.abs_diff(b);
-                    assert!(
-                        diff * 50 <= b || diff <= 3,
-                        "{tag}: {e} of {f}: {a} vs Valgrind's {b}"
-                    );
-                }
-            }
+            assert!(
+                mine.self_cost.contains_key(f),
+                "{tag}: no {f} in rgrind's file"
+            );
+            assert!(
+                theirs.self_cost.contains_key(f),
+                "{tag}: no {f} in Valgrind's file"
+            );
+            same_fn(&mine, &theirs, f, tag);
         }
         for (caller, callee) in [
             ("main", "fib"),
@@ -748,22 +741,7 @@ fn instrumentation_switches_clear_a_large_ll_in_place() {
         "--LL=67108864,16,64",
     ];
     let (mine, theirs) = mine_and_valgrinds(&vg, &exe, "toggled", &opts);
-    assert_eq!(mine.events, theirs.events);
-    let (m, t) = (&mine.self_cost["sweep"], &theirs.self_cost["sweep"]);
-    for (i, e) in mine.events.iter().enumerate() {
-        let (a, b) = (
-            m.get(i).copied().unwrap_or(0),
-            t.get(i).copied().unwrap_or(0),
-        );
-        if e == "Ir" {
-            assert_eq!(a, b, "self Ir of sweep");
-        } else {
-            assert!(
-                a.abs_diff(b) * 50 <= b,
-                "{e} of sweep: {a} vs Valgrind's {b}"
-            );
-        }
-    }
+    same_fn(&mine, &theirs, "sweep", "toggled");
     // Each instrumented sweep starts from cleared caches: its first pass misses LL once per
     // line it reads (a stride of 8 or more longs reads a new line each time), and the table
     // (1 MiB) stays in LL for the other two.
