@@ -13,19 +13,26 @@ use rgrind_tests::{
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// Compiles the guest with `defines` (flags after `-O0 -g`); None (with a message) without
-/// gcc.
+/// Compiles the guest `clg_graph.c` with `defines` (flags after `-O0 -g`); None (with a
+/// message) without gcc.
 fn build(name: &str, defines: &[&str]) -> Option<PathBuf> {
+    build_guest("clg_graph.c", name, &[&["-O0"], defines].concat())
+}
+
+/// Compiles `tests/guests/<source>` into `name` with `flags` and `-g`.
+fn build_guest(source: &str, name: &str, flags: &[&str]) -> Option<PathBuf> {
     let gcc = which("gcc").or_else(|| {
         println!("gcc not installed: callgrind guest tests skipped");
         None
     })?;
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("guests/clg_graph.c");
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("guests")
+        .join(source);
     let out = scratch_dir().join(name);
     let o = run(&Cmd::new(gcc)
-        .args(["-O0", "-g", "-o"])
-        .args([out.as_os_str(), src.as_os_str()])
-        .args(defines));
+        .args(flags)
+        .args(["-g", "-o"])
+        .args([out.as_os_str(), src.as_os_str()]));
     assert_eq!(o.end(), End::Exit(0), "gcc failed: {}", o.describe());
     Some(out)
 }
@@ -426,4 +433,43 @@ fn time_sliced_threads_keep_their_call_stacks() {
             }
         }
     }
+}
+
+/// `CALLGRIND_STOP/START_INSTRUMENTATION` with instrumentation on from the start
+/// (`tests/guests/clg_switch.c`): Callgrind unwinds the call stack and starts afresh in the
+/// running function, with collection back to `--collect-atstart`. Until the twenty-fourth
+/// session rgrind kept the outermost function's context (the rest of `main` went to the
+/// dynamic loader's entry) and a toggled-off collection (`other` got nothing).
+#[test]
+fn instrumentation_switches_start_a_new_context_like_valgrind() {
+    if !std::path::Path::new("/usr/include/valgrind/callgrind.h").exists() {
+        println!("valgrind/callgrind.h not installed: client-request test skipped");
+        return;
+    }
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let Some(exe) = build_guest("clg_switch.c", "clg_switch", &["-O2"]) else {
+        return;
+    };
+    let mine = rgrind_profile(&exe, "clg_switch.rg", &[]);
+    let out = scratch_dir().join("clg_switch.vg");
+    let file = format!("--callgrind-out-file={}", out.display());
+    let o = run_valgrind(&vg, &["--tool=callgrind", &file], &Cmd::new(&exe));
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let theirs = profile_of(&out);
+    for f in ["leaf", "other", "toggled"] {
+        assert_eq!(mine.self_ir.get(f), theirs.self_ir.get(f), "self Ir of {f}");
+    }
+    assert!(
+        mine.self_ir.get("other").copied().unwrap_or(0) > 4000,
+        "{mine:?}"
+    );
+    // After a switch Callgrind counts the running function one recursion level deeper for
+    // every earlier switch in it (`main'2`); rgrind keeps it at its first level.
+    let main = |p: &Profile| {
+        p.self_ir.get("main").copied().unwrap_or(0) + p.self_ir.get("main'2").copied().unwrap_or(0)
+    };
+    assert_eq!(main(&mine), main(&theirs), "self Ir of main, all levels");
 }

@@ -3057,6 +3057,14 @@ impl Runtime {
                 self.bbccs[b as usize].adj -= 1;
             }
             t.last_bbcc = None;
+            // Callgrind's `unwind_thread` (`init_exec_state`): no context and an empty
+            // function stack, so the next block's function starts a new context (not the
+            // outermost function's); collection back to `--collect-atstart`, whatever
+            // `CALLGRIND_TOGGLE_COLLECT` made it; no skipped function.
+            t.fn_stack.clear();
+            t.cxt = None;
+            t.collect = self.collect_atstart;
+            t.nonskipped = None;
             t.run = [0; RUN];
             self.refresh_fast(t);
         }
