@@ -11,16 +11,15 @@ static LOG: Mutex<Option<std::fs::File>> = Mutex::new(None);
 /// Lowest descriptor number rgrind uses for itself.
 pub const RGRIND_FD_BASE: RawFd = 1000;
 
-/// Opens the log: `path` (after `%p`/`%q{VAR}` expansion) or a duplicate of stderr.
+/// Opens the log: file `path` (expanded already, [`file_name`]) or a duplicate of stderr.
 pub fn open(path: Option<&str>) -> std::io::Result<()> {
     let fd = match path {
         Some(p) => {
-            let expanded = expand(p);
             let f = std::fs::OpenOptions::new()
                 .create(true)
                 .write(true)
                 .truncate(true)
-                .open(&expanded)?;
+                .open(p)?;
             use std::os::fd::IntoRawFd;
             f.into_raw_fd()
         }
@@ -43,31 +42,12 @@ pub fn open(path: Option<&str>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Expands `%p` (pid) and `%q{VAR}` (environment variable) like Valgrind.
-pub fn expand(template: &str) -> String {
-    let mut out = String::new();
-    let mut it = template.chars().peekable();
-    while let Some(c) = it.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match it.next() {
-            Some('p') => out.push_str(&std::process::id().to_string()),
-            Some('%') => out.push('%'),
-            Some('q') if it.peek() == Some(&'{') => {
-                it.next();
-                let var: String = it.by_ref().take_while(|&c| c != '}').collect();
-                out.push_str(&std::env::var(var).unwrap_or_default());
-            }
-            Some(o) => {
-                out.push('%');
-                out.push(o);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+/// The log file's name for template `value` (`--log-file`): `%p` and `%q{VAR}` expanded as
+/// Valgrind does, or Valgrind's lines for a bad option (an unset variable, a stray `%`).
+pub fn file_name(value: &str) -> Result<String, Vec<String>> {
+    dumper::outfile::OutFileTemplate::parse(value)
+        .and_then(|t| t.expand(std::process::id(), |v| std::env::var(v).ok()))
+        .map_err(|e| e.valgrind_lines("--log-file", value))
 }
 
 /// Writes one `==PID== ` line.

@@ -63,6 +63,11 @@ fn run(s: Settings) -> ! {
     if s.tool != ToolName::None {
         gnu_demangle::install();
     }
+    // Valgrind checks the log file's name before it runs anything.
+    let log_file = match s.log_file.as_deref().map(log::file_name).transpose() {
+        Ok(name) => name,
+        Err(lines) => fail(&lines),
+    };
     let valgrind_env = s.valgrind_guest_env();
     let (envp, preload) = match guest_env::build(valgrind_env) {
         Ok(e) => e,
@@ -85,14 +90,10 @@ fn run(s: Settings) -> ! {
             std::process::exit(1);
         }
     };
-    if let Err(e) = log::open(if s.quiet && s.log_file.is_none() {
-        None
-    } else {
-        s.log_file.as_deref()
-    }) {
+    if let Err(e) = log::open(log_file.as_deref()) {
         fail(&[format!(
             "cannot open log file '{}': {e}",
-            s.log_file.clone().unwrap_or_default()
+            log_file.clone().unwrap_or_default()
         )]);
     }
     let mut startup = Vec::new();

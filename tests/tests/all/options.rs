@@ -107,6 +107,68 @@ fn log_file_takes_the_tool_lines() {
     );
 }
 
+/// A file name naming an unset variable is a bad option, as in Valgrind: for `--log-file`
+/// and `--callgrind-out-file` before the program runs (exit 1, no file, no guest output);
+/// Cachegrind expands its name at the end, so the program runs and then rgrind exits 1.
+#[test]
+fn unset_variables_in_file_names_are_bad_options() {
+    let dir = scratch_dir().join("unset-var");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let name = format!("{}/x.%q{{RGRIND_TEST_UNSET_VAR}}", dir.display());
+    for (opt, runs) in [
+        ("--tool=none --log-file", false),
+        ("--tool=callgrind --callgrind-out-file", false),
+        ("--tool=cachegrind --cachegrind-out-file", true),
+    ] {
+        let (tool, file_opt) = opt.split_once(' ').unwrap_or((opt, ""));
+        let arg = format!("{file_opt}={name}");
+        let o = run(&guest_case("hello").cmd().under(rgrind(), &[tool, &arg]));
+        assert_eq!(o.end(), End::Exit(1), "{opt}\n{}", o.describe());
+        let err = o.stderr_str();
+        assert!(
+            err.contains(&format!("Bad option: {arg}"))
+                && err.contains("Environment variable 'RGRIND_TEST_UNSET_VAR' is not set"),
+            "{opt}\n{}",
+            o.describe()
+        );
+        assert_eq!(!o.stdout.is_empty(), runs, "{opt}\n{}", o.describe());
+        let left: Vec<_> = std::fs::read_dir(&dir).map_or(vec![], |d| d.flatten().collect());
+        assert!(left.is_empty(), "{opt}: {left:?}");
+    }
+}
+
+/// Valgrind refuses a cache line shorter than the widest register (32 bytes) when it
+/// simulates caches, in both tools, before the program runs.
+#[test]
+fn lines_shorter_than_a_register_are_refused_with_simulation() {
+    for tool in ["--tool=cachegrind", "--tool=callgrind"] {
+        let o = run_rgrind(
+            &[tool, "--cache-sim=yes", "--D1=32768,8,16"],
+            &guest_case("hello").cmd(),
+        );
+        assert_eq!(o.end(), End::Exit(1), "{}", o.describe());
+        assert!(
+            o.stderr_str()
+                .contains("cannot continue: the minimum line size (16)")
+                && o.stdout.is_empty(),
+            "{}",
+            o.describe()
+        );
+    }
+    // Without simulation the geometry is not used, and Valgrind runs the program.
+    let o = run_rgrind(
+        &[
+            "--tool=cachegrind",
+            "--D1=32768,8,16",
+            "--cachegrind-out-file=/dev/null",
+        ],
+        &guest_case("hello").cmd(),
+    );
+    let native = run(&guest_case("hello").cmd());
+    assert_eq!(o.end(), native.end(), "{}", o.describe());
+}
+
 #[test]
 fn options_after_the_program_belong_to_it() {
     let o = run_rgrind(

@@ -195,9 +195,13 @@ pub(crate) struct SimCaches {
     pub geometry: [cachesim::CacheGeometry; 3],
 }
 
+/// The guest's widest register (ymm), which Valgrind requires a cache line to hold.
+const MAX_REGISTER_BYTES: u64 = 32;
+
 /// Builds the hierarchy for `overrides` on this host with Valgrind's geometry rules: its
 /// warnings (debug lines) and messages go to `lines`; an unusable geometry is the error.
 pub(crate) fn build_caches(
+    tool: &str,
     overrides: &cachesim::CacheOverrides,
     lines: &mut Vec<StartupLine>,
 ) -> Result<SimCaches, Vec<String>> {
@@ -211,6 +215,15 @@ pub(crate) fn build_caches(
     let h = Hierarchy::new(resolved.i1, resolved.d1, resolved.ll)
         .map_err(|e| vec![format!("cache configuration not supported: {e}")])?;
     let min_line = h.min_line_size();
+    // Valgrind's check after the geometry (`VG_(min_line_size)` against the widest register,
+    // 32 bytes with AVX): an access never spans more than two lines.
+    if min_line < MAX_REGISTER_BYTES {
+        return Err(vec![
+            format!("{tool}: cannot continue: the minimum line size ({min_line})"),
+            format!("  must be equal to or larger than the maximum register size ({MAX_REGISTER_BYTES})"),
+            "  but it is not.  Exiting now.".to_string(),
+        ]);
+    }
     let (ll_tags, ll_stride) = h.ll().mru_tags_ptr();
     let ll = h.ll().geometry();
     let whole_lines = ll.line_size >= resolved.i1.line_size.max(resolved.d1.line_size);
@@ -287,7 +300,7 @@ impl Cachegrind {
         let opts = options::parse(tool_options).map_err(|e| e.0)?;
         let mut lines = Vec::new();
         let caches = if opts.cache_sim {
-            let sim = build_caches(&opts.caches, &mut lines)?;
+            let sim = build_caches("Cachegrind", &opts.caches, &mut lines)?;
             HIER.store(sim.hier, Ordering::Relaxed);
             let [i1g, d1g, llg] = &sim.geometry;
             Some(Caches {
@@ -685,6 +698,18 @@ impl Tool for Cachegrind {
 
     fn fini(&mut self, reason: FiniReason) {
         let (costs, totals) = self.collect();
+        let named = self
+            .opts
+            .out_file
+            .expand_in(&self.cwd, std::process::id(), |v| std::env::var(v).ok());
+        if let (Err(e), false) = (named, reason == FiniReason::Exec) {
+            // As Cachegrind, which expands the name only now: a bad option, exit status 1.
+            let value = self.opts.out_file.as_str();
+            for l in e.valgrind_lines("--cachegrind-out-file", value) {
+                crate::log::line(&l);
+            }
+            std::process::exit(1);
+        }
         if let Err(e) = self.write_profile(&costs) {
             crate::log::line(&format!(
                 "error: cannot write the Cachegrind output file: {e}"

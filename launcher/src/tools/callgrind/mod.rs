@@ -384,7 +384,7 @@ impl Callgrind {
         }
         let caches = if opts.cache_sim {
             // Same geometry rules, warnings and simulator as cachegrind.
-            let sim = super::cachegrind::build_caches(&opts.caches, &mut lines)?;
+            let sim = super::cachegrind::build_caches("Callgrind", &opts.caches, &mut lines)?;
             HIER.store(sim.hier, Ordering::Relaxed);
             Some(Caches {
                 i1: sim.i1,
@@ -447,7 +447,9 @@ impl Callgrind {
         };
         t.collected = vec![0; t.events().len()];
         // Callgrind creates the output file at startup (checks it is writable).
-        let base = t.base_name().map_err(|e| vec![e])?;
+        let base = t
+            .base_name()
+            .map_err(|e| e.valgrind_lines("--callgrind-out-file", t.opts.out_file.as_str()))?;
         let _ = std::fs::OpenOptions::new()
             .create(true)
             .truncate(true)
@@ -460,12 +462,11 @@ impl Callgrind {
         Ok((t, lines))
     }
 
-    fn base_name(&self) -> Result<String, String> {
+    fn base_name(&self) -> Result<String, dumper::outfile::TemplateError> {
         self.opts
             .out_file
             .expand_in(&self.cwd, std::process::id(), |v| std::env::var(v).ok())
             .map(|p| p.to_string_lossy().into_owned())
-            .map_err(|e| e.to_string())
     }
 
     fn runtime(&self) -> Option<&'static mut Runtime> {
