@@ -687,6 +687,7 @@ fn build_frame(
     ctx.gpr[reg::RAX] = 0;
     ctx.rip = handler;
     ctx.rflags &= !(0x400 | TF); // DF and TF clear in handlers
+    crate::core_state::core().tool.signal_delivered(sig as i32);
 }
 
 fn trap_info(sig: usize) -> (u64, u64) {

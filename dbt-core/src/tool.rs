@@ -4,7 +4,8 @@
 //! A tool supplies `fini` (write results for the way the process ends) and, through its
 //! default methods, opts into further hooks: `instrument` (add counting code to each block,
 //! deterministically: a block may be translated again), `client_request`, thread start and
-//! exit, and the system-call pair `pre_syscall`/`post_syscall`.
+//! exit, the system-call pair `pre_syscall`/`post_syscall` and the signal-handler pair
+//! `signal_delivered`/`signal_returned`.
 //!
 //! It gets a read-only [`BlockView`] of each block and an [`Instrumenter`] with a few
 //! primitives; code generation stays in the core.
@@ -84,6 +85,15 @@ pub trait Tool: Send {
     fn post_syscall(&mut self, nr: u64, result: i64) {
         let _ = (nr, result);
     }
+    /// A handler for signal `sig` is about to run on the calling thread, its frame built
+    /// (Valgrind's `pre_deliver_signal`).
+    fn signal_delivered(&mut self, sig: i32) {
+        let _ = sig;
+    }
+    /// The calling thread's innermost handler returned through `rt_sigreturn`, the
+    /// interrupted context restored (Valgrind's `post_deliver_signal`). A handler left by
+    /// `longjmp` gets no such call.
+    fn signal_returned(&mut self) {}
     /// Called once when the process ends in any way, before it ends.
     fn fini(&mut self, reason: FiniReason) {
         let _ = reason;

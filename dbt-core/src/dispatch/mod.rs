@@ -155,7 +155,9 @@ pub fn run_thread(ctx: &mut ThreadContext) {
                     crate::runlock::release();
                     return;
                 }
-                if !ends && nr != libc::SYS_rt_sigreturn as u64 {
+                if nr == libc::SYS_rt_sigreturn as u64 {
+                    core().tool.signal_returned();
+                } else if !ends {
                     core().tool.post_syscall(nr, ctx.gpr[reg::RAX] as i64);
                 }
                 if ctx.gpr[reg::RAX] as i64 == -(libc::EINTR as i64) && crate::signal::has_work(ctx)

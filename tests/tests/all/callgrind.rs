@@ -63,6 +63,7 @@ struct Profile {
     self_ir: BTreeMap<String, u64>,
     arcs: BTreeMap<(String, String), (u64, u64)>,
     totals: u64,
+    summary: u64,
     fn_obj: BTreeMap<String, String>,
 }
 
@@ -91,6 +92,8 @@ fn parse(text: &str) -> Profile {
                 .and_then(|c| c.parse::<u64>().ok());
         } else if let Some(v) = line.strip_prefix("totals: ") {
             p.totals = v.trim().parse().unwrap_or(0);
+        } else if let Some(v) = line.strip_prefix("summary: ") {
+            p.summary = v.trim().parse().unwrap_or(0);
         } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
             let ir: u64 = line
                 .split_whitespace()
@@ -472,4 +475,50 @@ fn instrumentation_switches_start_a_new_context_like_valgrind() {
         p.self_ir.get("main").copied().unwrap_or(0) + p.self_ir.get("main'2").copied().unwrap_or(0)
     };
     assert_eq!(main(&mine), main(&theirs), "self Ir of main, all levels");
+}
+
+/// Signal handlers (`tests/guests/clg_signals.c`: handlers that return, one raising a
+/// second signal from inside, one left by `siglongjmp`): as Callgrind, each handler runs on
+/// a logical stack of its own, so it is a root of the graph rather than a callee of the
+/// interrupted function, the interrupted function's remaining code stays its own, and the
+/// handlers' cost is kept out of `summary:` (but not out of `totals:`). Until the
+/// twenty-fourth session the handler was a callee of the interrupted function and the rest
+/// of that function went to the signal frame's restorer.
+#[test]
+fn signal_handlers_run_on_their_own_logical_stack_like_valgrind() {
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let Some(exe) = build_guest("clg_signals.c", "clg_signals", &["-O1"]) else {
+        return;
+    };
+    let mine = rgrind_profile(&exe, "clg_signals.rg", &[]);
+    let out = scratch_dir().join("clg_signals.vg");
+    let file = format!("--callgrind-out-file={}", out.display());
+    let o = run_valgrind(&vg, &["--tool=callgrind", &file], &Cmd::new(&exe));
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let theirs = profile_of(&out);
+    let fns = ["work", "inner", "outer", "leave", "after", "escape", "main"];
+    for f in fns {
+        assert_eq!(mine.self_ir.get(f), theirs.self_ir.get(f), "self Ir of {f}");
+    }
+    for ((a, b), (calls, incl)) in &theirs.arcs {
+        if !fns.contains(&a.as_str()) || b.starts_with("_dl_runtime_resolve") {
+            continue;
+        }
+        let Some(&(mc, mi)) = mine.arcs.get(&(a.clone(), b.clone())) else {
+            panic!("arc {a} -> {b} missing: {mine:?}")
+        };
+        assert_eq!((mc, mi), (*calls, *incl), "arc {a} -> {b}");
+    }
+    for (a, b) in mine.arcs.keys() {
+        let handler = ["inner", "outer", "leave"].contains(&b.as_str());
+        assert!(!handler, "handler {b} called from {a}: {mine:?}");
+    }
+    assert_eq!(
+        mine.totals - mine.summary,
+        theirs.totals - theirs.summary,
+        "the handlers' cost, left out of the summary"
+    );
 }

@@ -37,8 +37,12 @@
 //! `--collect-systime` times each system call between the core's `pre_syscall` and
 //! `post_syscall` hooks and charges it with [`Runtime::charge_syscall`].
 //!
-//! Not done yet: signal frames, `--collect-bus`, `--simulate-wb`, `--simulate-hwpref`,
-//! `--cacheuse`. See `docs/callgrind.md`.
+//! Signal handlers run on a logical stack of their own between the core's
+//! `signal_delivered` and `signal_returned` hooks ([`Runtime::pre_signal`],
+//! [`Runtime::post_signal`]), as Callgrind's `pre_signal`/`post_signal`.
+//!
+//! Not done yet: `--collect-bus`, `--simulate-wb`, `--simulate-hwpref`, `--cacheuse`. See
+//! `docs/callgrind.md`.
 pub mod options;
 pub mod runtime;
 
@@ -1294,6 +1298,20 @@ impl Tool for Callgrind {
             _ => return ClientReply::default(),
         }
         done
+    }
+
+    fn signal_delivered(&mut self, _sig: i32) {
+        // SAFETY: tool hooks run with the guest stopped.
+        if let Some((rt, t)) = unsafe { runtime_and_thread(dbt_core::tool::thread_key()) } {
+            rt.pre_signal(t);
+        }
+    }
+
+    fn signal_returned(&mut self) {
+        // SAFETY: tool hooks run with the guest stopped.
+        if let Some((rt, t)) = unsafe { runtime_and_thread(dbt_core::tool::thread_key()) } {
+            rt.post_signal(t);
+        }
     }
 
     fn pre_syscall(&mut self, _nr: u64) {

@@ -693,7 +693,30 @@ pub struct ThreadState {
     fast: Fast,
     /// The shadow stack's capacity when its spare slots were last initialised.
     spare_init: usize,
+    /// The states signal handlers put aside, innermost last (Callgrind's exec-state stack).
+    sigs: Vec<SigFrame>,
 }
+
+/// What a signal handler's run put aside (Callgrind's saved `exec_state`): the interrupted
+/// code's state, back when the handler returns (`rt_sigreturn`) or is left by a `longjmp`.
+/// The handler runs as a thread of its own would: no context, a cost of its own (kept out of
+/// the thread's running cost, so out of `summary:` as in Callgrind), its frames above
+/// `bottom` and its functions above a [`FN_SEPARATOR`] on the function stack.
+struct SigFrame {
+    /// Shadow-stack depth at delivery.
+    bottom: usize,
+    /// Function-stack depth at delivery (where the separator went).
+    fn_sp: usize,
+    last_bbcc: Option<u32>,
+    cxt: Option<u32>,
+    nonskipped: Option<u32>,
+    collect: bool,
+    run: [u64; RUN],
+}
+
+/// On the function stack, the start of a signal handler's functions (Callgrind's 0 entry):
+/// contexts do not reach below it.
+const FN_SEPARATOR: u32 = u32::MAX;
 
 /// The inline return path's plan of a frame (see `Entry::plan_key`).
 #[derive(Clone, Copy)]
@@ -875,6 +898,7 @@ impl Runtime {
             pending: false,
             fast: Fast::default(),
             spare_init: 0,
+            sigs: Vec::new(),
         }));
         let last = self.threads.len() - 1;
         &mut *self.threads[last]
@@ -1135,8 +1159,15 @@ impl Runtime {
             return;
         }
         t.fn_stack.push(bb.fn_id);
-        let n = (bb.flags.separate_callers as usize + 1).min(t.fn_stack.len());
-        let fns: Vec<u32> = t.fn_stack.iter().rev().take(n).copied().collect();
+        let n = bb.flags.separate_callers as usize + 1;
+        let fns: Vec<u32> = t
+            .fn_stack
+            .iter()
+            .rev()
+            .take_while(|&&f| f != FN_SEPARATOR)
+            .take(n)
+            .copied()
+            .collect();
         t.cxt = Some(self.get_cxt(&fns, bb.addr, bb.flags.separate_recs.max(1)));
     }
 
@@ -1149,6 +1180,10 @@ impl Runtime {
     }
 
     fn pop(&mut self, t: &mut ThreadState) {
+        if t.sigs.last().is_some_and(|s| t.stack.len() <= s.bottom) {
+            // A frame of the interrupted code: the handler was left (`siglongjmp`).
+            self.post_signal(t);
+        }
         let Some(e) = t.stack.pop() else { return };
         t.nonskipped = e.nonskipped.get();
         if let Some(j) = e.jcc.get() {
@@ -2283,6 +2318,9 @@ impl Runtime {
     /// Recomputes the thread's [`Fast`] summary after the slow path changed its state.
     pub fn refresh_fast(&mut self, t: &mut ThreadState) {
         let (last_bb, last_count) = match t.last_bbcc {
+            // In a signal handler everything takes the full path (rare, and the inline
+            // paths know no stack bottom but the real one).
+            Some(_) if !t.sigs.is_empty() => (core::ptr::null(), core::ptr::null_mut()),
             Some(b) => {
                 let c = &mut self.bbccs[b as usize];
                 (c.bb, core::ptr::addr_of_mut!(c.count))
@@ -2573,9 +2611,11 @@ impl Runtime {
             }
         }
         let csp = t.stack.len();
+        // In a signal handler the interrupted code's frames are out of reach.
+        let bottom = t.sigs.last().map_or(0, |s| s.bottom);
         let mut popcount = 1;
         let mut ret_without_call = false;
-        if jk == Exit::Return && csp > 0 {
+        if jk == Exit::Return && csp > bottom {
             let mut up = csp - 1;
             if sp < t.stack[up].sp {
                 popcount = 0;
@@ -2584,7 +2624,7 @@ impl Runtime {
                     if t.stack[up].ret_addr == bb.addr {
                         break;
                     }
-                    if up > 0 {
+                    if up > bottom {
                         up -= 1;
                         if t.stack[up].sp == sp {
                             popcount += 1;
@@ -2626,9 +2666,11 @@ impl Runtime {
         let skip = jk == Exit::Call && bb.flags.skip;
         let mut delayed_push = false;
         if jk == Exit::Return {
-            if t.stack.is_empty() {
-                // Underflow: the caller was never seen; continue in the returned-to function.
-                t.fn_stack.clear();
+            if t.stack.len() <= bottom {
+                // Underflow: the caller was never seen (or, from a signal handler, is the
+                // signal frame's restorer); continue in the returned-to function.
+                let fn_bottom = t.sigs.last().map_or(0, |s| s.fn_sp + 1);
+                t.fn_stack.truncate(fn_bottom);
                 t.cxt = None;
             } else {
                 self.unwind(t, sp, popcount);
@@ -3048,6 +3090,9 @@ impl Runtime {
             let tp: *mut ThreadState = &mut *self.threads[ti];
             // SAFETY: the box stays in place; `pop` does not touch `self.threads`.
             let t = unsafe { &mut *tp };
+            while !t.sigs.is_empty() {
+                self.post_signal(t);
+            }
             while !t.stack.is_empty() {
                 self.pop(t);
             }
@@ -3068,6 +3113,51 @@ impl Runtime {
             t.run = [0; RUN];
             self.refresh_fast(t);
         }
+    }
+}
+
+impl Runtime {
+    /// Callgrind's `pre_signal`: a handler is about to run on thread `t`; the interrupted
+    /// code's state is put aside ([`SigFrame`]) and the handler starts afresh.
+    pub fn pre_signal(&mut self, t: &mut ThreadState) {
+        t.sigs.push(SigFrame {
+            bottom: t.stack.len(),
+            fn_sp: t.fn_stack.len(),
+            last_bbcc: t.last_bbcc,
+            cxt: t.cxt,
+            nonskipped: t.nonskipped,
+            collect: t.collect,
+            run: t.run,
+        });
+        t.fn_stack.push(FN_SEPARATOR);
+        t.last_bbcc = None;
+        t.cxt = None;
+        t.nonskipped = None;
+        t.collect = self.collect_atstart;
+        t.run = [0; RUN];
+        self.refresh_fast(t);
+    }
+
+    /// Callgrind's `post_signal`: thread `t`'s innermost handler has returned (or was left):
+    /// its frames are popped (their arcs get their inclusive costs), the activation its
+    /// last function got without a call is taken back, and the interrupted state returns.
+    pub fn post_signal(&mut self, t: &mut ThreadState) {
+        let Some(s) = t.sigs.pop() else { return };
+        while t.stack.len() > s.bottom {
+            self.pop(t);
+        }
+        if let Some(c) = t.cxt {
+            let f = self.cxts[c as usize].fns[0];
+            let a = Self::active(t, f);
+            *a = a.saturating_sub(1);
+        }
+        t.fn_stack.truncate(s.fn_sp);
+        t.last_bbcc = s.last_bbcc;
+        t.cxt = s.cxt;
+        t.nonskipped = s.nonskipped;
+        t.collect = s.collect;
+        t.run = s.run;
+        self.refresh_fast(t);
     }
 }
 
