@@ -10,10 +10,13 @@
 //! * A recognised request is represented in the block as an `xchg rbx,rbx` instruction with
 //!   the address of the first `rol` and length 19 (`is_request` tells it apart from a real
 //!   3-byte `xchg`).
-//! * Core requests are answered here (RUNNING_ON_VALGRIND → 1, DISCARD_TRANSLATIONS); every
-//!   other request goes to the tool, whose default answer leaves rdx unchanged.
+//! * Core requests are answered here (RUNNING_ON_VALGRIND → 1, DISCARD_TRANSLATIONS,
+//!   NON_SIMD_CALL0..3, PRINTF and its variants, STACK_REGISTER); every other request goes to
+//!   the tool, whose default answer leaves rdx unchanged.
 //!
-//! Not handled: the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx` call-noredir,
+//! Not handled: the backtrace of `VALGRIND_PRINTF_BACKTRACE` (its text is printed),
+//! `VALGRIND_MAP_IP_TO_SRCLOC` (the buffer is left alone), Memcheck's and the other tools'
+//! requests (their defaults), the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx` call-noredir,
 //! `xchg rdi,rdi` IR injection) run natively as the no-ops they are.
 use crate::context::{reg, ThreadContext};
 use crate::core_state::Core;
@@ -30,6 +33,26 @@ pub const REQUEST_LEN: usize = 19;
 
 pub const RUNNING_ON_VALGRIND: u64 = 0x1001;
 pub const DISCARD_TRANSLATIONS: u64 = 0x1002;
+/// `VALGRIND_NON_SIMD_CALL0..3`: `fn(tid, arg1..)` run on the real CPU.
+const CLIENT_CALL0: u64 = 0x1101;
+const CLIENT_CALL3: u64 = 0x1104;
+/// `VALGRIND_PRINTF` and friends: a format and (a pointer to) its `va_list`.
+const PRINTF: u64 = 0x1401;
+const PRINTF_BACKTRACE: u64 = 0x1402;
+const PRINTF_VALIST_BY_REF: u64 = 0x1403;
+const PRINTF_BACKTRACE_VALIST_BY_REF: u64 = 0x1404;
+const STACK_REGISTER: u64 = 0x1501;
+
+/// The last id `VALGRIND_STACK_REGISTER` handed out (Valgrind's start at 1).
+static STACK_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Where `VALGRIND_PRINTF`'s text goes (the launcher's log), set once at start.
+static CLIENT_OUTPUT: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new();
+
+/// Sets where the guest's `VALGRIND_PRINTF` text goes (`dbt_core::tool::set_client_output`).
+pub fn set_client_output(sink: fn(&str)) {
+    let _ = CLIENT_OUTPUT.set(sink);
+}
 
 /// If the bytes at `at` in `buf` (guest address `addr`) are a client request, the single
 /// instruction standing for it.
@@ -76,6 +99,15 @@ pub fn handle(ctx: &mut ThreadContext, core: &mut Core) {
             );
             ctx.gpr[reg::RDX] = 0;
         }
+        CLIENT_CALL0..=CLIENT_CALL3 => {
+            ctx.gpr[reg::RDX] = client_call(ctx, &args);
+        }
+        PRINTF | PRINTF_BACKTRACE | PRINTF_VALIST_BY_REF | PRINTF_BACKTRACE_VALIST_BY_REF => {
+            ctx.gpr[reg::RDX] = client_printf(args[1], args[2]);
+        }
+        STACK_REGISTER => {
+            ctx.gpr[reg::RDX] = STACK_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        }
         _ => {
             let reply = core.tool.client_request(&args);
             if let Some(v) = reply.value {
@@ -86,4 +118,62 @@ pub fn handle(ctx: &mut ThreadContext, core: &mut Core) {
             }
         }
     }
+}
+
+/// `VALGRIND_NON_SIMD_CALLn(f, ...)`: calls `f(tid, arg1, arg2, arg3)` here, on the real
+/// CPU and rgrind's stack, as Valgrind does (its documentation warns the function must not
+/// depend on the guest's thread state). `tid` is Valgrind's 1-based thread number as far as
+/// rgrind keeps one: the thread's place among the live ones.
+fn client_call(ctx: &ThreadContext, args: &[u64; 6]) -> u64 {
+    let tid = crate::thread::list_guard()
+        .iter()
+        .position(|&c| c == ctx as *const _ as usize)
+        .map_or(1, |i| i as u64 + 1);
+    if args[1] == 0 {
+        return 0;
+    }
+    // SAFETY: the guest asked for exactly this call of its own function with these
+    // arguments; under Valgrind it runs natively the same way.
+    unsafe {
+        let f: extern "C" fn(u64, u64, u64, u64) -> u64 = std::mem::transmute(args[1]);
+        f(tid, args[2], args[3], args[4])
+    }
+}
+
+extern "C" {
+    /// glibc's, with the `va_list` as the pointer an x86-64 `va_list` argument is.
+    fn vsnprintf(
+        buf: *mut libc::c_char,
+        size: usize,
+        format: *const libc::c_char,
+        ap: *mut libc::c_void,
+    ) -> libc::c_int;
+}
+
+/// `VALGRIND_PRINTF(format, ...)`: formats with the guest's own `va_list` (x86-64: a pointer
+/// to its state, in the guest's memory, which is ours) and hands the text to the log.
+/// Returns the length, as Valgrind does. The backtrace variants print the text only.
+fn client_printf(format: u64, va_list: u64) -> u64 {
+    if format == 0 || va_list == 0 {
+        return 0;
+    }
+    let mut buf = vec![0u8; 8192];
+    // SAFETY: `format` and `va_list` are the guest's (the same address space); vsnprintf
+    // writes at most `buf.len()` bytes, NUL included.
+    let n = unsafe {
+        vsnprintf(
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            format as *const libc::c_char,
+            va_list as *mut libc::c_void,
+        )
+    };
+    let Ok(n) = usize::try_from(n) else {
+        return 0;
+    };
+    let text = String::from_utf8_lossy(&buf[..n.min(buf.len() - 1)]);
+    if let Some(sink) = CLIENT_OUTPUT.get() {
+        sink(&text);
+    }
+    n as u64
 }

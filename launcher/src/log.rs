@@ -50,6 +50,29 @@ pub fn file_name(value: &str) -> Result<String, Vec<String>> {
         .map_err(|e| e.valgrind_lines("--log-file", value))
 }
 
+/// Whether the guest's last `VALGRIND_PRINTF` text ended in the middle of a line.
+static CLIENT_MID_LINE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Writes the guest's `VALGRIND_PRINTF` text as Valgrind does: `**PID** ` at the start of
+/// each line, a line left open continued by the next text. Shown with `-q` too.
+pub fn client_text(text: &str) {
+    use std::sync::atomic::Ordering;
+    let pid = std::process::id();
+    let mut out = String::new();
+    let mut mid = CLIENT_MID_LINE.load(Ordering::Relaxed);
+    for piece in text.split_inclusive('\n') {
+        if !mid {
+            out.push_str(&format!("**{pid}** "));
+        }
+        out.push_str(piece);
+        mid = !piece.ends_with('\n');
+    }
+    CLIENT_MID_LINE.store(mid, Ordering::Relaxed);
+    if let Some(f) = LOG.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        let _ = f.write_all(out.as_bytes());
+    }
+}
+
 /// Writes one `==PID== ` line.
 pub fn line(text: &str) {
     let pid = std::process::id();

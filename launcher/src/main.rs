@@ -90,6 +90,7 @@ fn run(s: Settings) -> ! {
             std::process::exit(1);
         }
     };
+    dbt_core::tool::set_client_output(log::client_text);
     if let Err(e) = log::open(log_file.as_deref()) {
         fail(&[format!(
             "cannot open log file '{}': {e}",

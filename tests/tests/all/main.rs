@@ -13,6 +13,7 @@ mod callgrind;
 mod callgrind_opts;
 mod callgrind_sim;
 mod callgrind_systime;
+mod client_requests;
 mod exit;
 mod guest_env;
 mod harness;

@@ -1,0 +1,64 @@
+//! Valgrind's core client requests that answer the program (`tests/guests/core_requests.c`,
+//! compiled here; skipped with a message without gcc or `valgrind/valgrind.h`): the program
+//! sees what it sees under Valgrind, and `VALGRIND_PRINTF`'s text reaches the log with
+//! Valgrind's `**PID**` prefix, `-q` or not.
+
+use rgrind_tests::{run, run_rgrind, run_valgrind, scratch_dir, valgrind, which, Cmd, End};
+use std::path::PathBuf;
+
+fn build() -> Option<PathBuf> {
+    if !std::path::Path::new("/usr/include/valgrind/valgrind.h").exists() {
+        println!("valgrind/valgrind.h not installed: client-request test skipped");
+        return None;
+    }
+    let gcc = which("gcc").or_else(|| {
+        println!("gcc not installed: client-request test skipped");
+        None
+    })?;
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("guests/core_requests.c");
+    let out = scratch_dir().join("core_requests");
+    let o = run(&Cmd::new(gcc)
+        .args(["-O1", "-g", "-o"])
+        .args([out.as_os_str(), src.as_os_str()]));
+    assert_eq!(o.end(), End::Exit(0), "gcc failed: {}", o.describe());
+    Some(out)
+}
+
+/// The `**PID** ` lines of a run's stderr, without the pid.
+fn client_lines(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("**"))
+        .filter_map(|l| l.split_once("** "))
+        .map(|(_, text)| text.to_string())
+        .collect()
+}
+
+#[test]
+fn core_requests_answer_as_under_valgrind() {
+    let Some(exe) = build() else {
+        return;
+    };
+    let o = run_rgrind(&["--tool=none", "-q"], &Cmd::new(&exe));
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    assert_eq!(
+        o.stdout_str(),
+        "call0=42 call3=123 stacks=1,2 printf=20,18,8 running=1\n",
+        "{}",
+        o.describe()
+    );
+    let mine = client_lines(&o.stderr_str());
+    assert_eq!(
+        mine,
+        ["printf from 42 2.50|  end", "second line", "trace 7"],
+        "{}",
+        o.describe()
+    );
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let v = run_valgrind(&vg, &["--tool=none", "-q"], &Cmd::new(&exe));
+    assert_eq!(v.stdout_str(), o.stdout_str(), "{}", v.describe());
+    assert_eq!(client_lines(&v.stderr_str()), mine, "{}", v.describe());
+}
