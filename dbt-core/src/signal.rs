@@ -687,7 +687,17 @@ fn build_frame(
     ctx.gpr[reg::RAX] = 0;
     ctx.rip = handler;
     ctx.rflags &= !(0x400 | TF); // DF and TF clear in handlers
-    crate::core_state::core().tool.signal_delivered(sig as i32);
+                                 // The handler's stack: below the interrupted rsp, or the alternate stack it switched to
+                                 // (or, already on it, the part below rsp).
+    let switched = action.flags & SA_ONSTACK != 0 && ctx.guest_ss_size != 0 && !on_alt;
+    let handler_stack = match (switched, on_alt) {
+        (true, _) => (ctx.guest_ss_sp, ctx.guest_ss_sp + ctx.guest_ss_size),
+        (false, true) => (ctx.guest_ss_sp, rsp),
+        (false, false) => (0, rsp),
+    };
+    crate::core_state::core()
+        .tool
+        .signal_delivered(sig as i32, handler_stack);
 }
 
 fn trap_info(sig: usize) -> (u64, u64) {

@@ -87,9 +87,11 @@ pub trait Tool: Send {
         let _ = (nr, result);
     }
     /// A handler for signal `sig` is about to run on the calling thread, its frame built
-    /// (Valgrind's `pre_deliver_signal`).
-    fn signal_delivered(&mut self, sig: i32) {
-        let _ = sig;
+    /// (Valgrind's `pre_deliver_signal`). While it runs, the guest's rsp stays within
+    /// `handler_stack` (`[low, high)`: below the interrupted rsp, or on the alternate stack);
+    /// outside it, the handler was left without `rt_sigreturn` (`siglongjmp`).
+    fn signal_delivered(&mut self, sig: i32, handler_stack: (u64, u64)) {
+        let _ = (sig, handler_stack);
     }
     /// The calling thread's innermost handler returned through `rt_sigreturn`, the
     /// interrupted context restored (Valgrind's `post_deliver_signal`). A handler left by

@@ -522,3 +522,28 @@ fn signal_handlers_run_on_their_own_logical_stack_like_valgrind() {
         "the handlers' cost, left out of the summary"
     );
 }
+
+/// A handler left by `siglongjmp` into the very function that faulted
+/// (`tests/guests/clg_sigjmp.c`): no frame of the interrupted code is unwound, so Callgrind
+/// never ends the handler and charges the rest of `main` to it (`segv -> later`, and none of
+/// it in `summary:`). rgrind ends it when the stack pointer leaves the handler's stack: the
+/// rest is `main`'s again, and the fast paths come back (they stand aside in handlers).
+#[test]
+fn a_handler_left_by_siglongjmp_ends_at_its_stack() {
+    let Some(exe) = build_guest("clg_sigjmp.c", "clg_sigjmp", &["-O1"]) else {
+        return;
+    };
+    let p = rgrind_profile(&exe, "clg_sigjmp.rg", &[]);
+    let arc = |a: &str, b: &str| p.arcs.get(&(a.to_string(), b.to_string())).copied();
+    assert_eq!(arc("main", "later").map(|a| a.0), Some(3), "{p:?}");
+    assert_eq!(arc("segv", "later"), None, "{p:?}");
+    assert_eq!(arc("segv", "work").map(|a| a.0), Some(3), "{p:?}");
+    // Only the handlers' own cost (segv and what it called) is left out of the summary.
+    let handlers: u64 = p.self_ir.get("segv").copied().unwrap_or(0)
+        + p.arcs
+            .iter()
+            .filter(|((a, _), _)| a == "segv")
+            .map(|(_, &(_, incl))| incl)
+            .sum::<u64>();
+    assert_eq!(p.totals - p.summary, handlers, "{p:?}");
+}

@@ -1300,10 +1300,10 @@ impl Tool for Callgrind {
         done
     }
 
-    fn signal_delivered(&mut self, _sig: i32) {
+    fn signal_delivered(&mut self, _sig: i32, handler_stack: (u64, u64)) {
         // SAFETY: tool hooks run with the guest stopped.
         if let Some((rt, t)) = unsafe { runtime_and_thread(dbt_core::tool::thread_key()) } {
-            rt.pre_signal(t);
+            rt.pre_signal(t, handler_stack);
         }
     }
 

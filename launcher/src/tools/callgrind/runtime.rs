@@ -705,6 +705,9 @@ pub struct ThreadState {
 struct SigFrame {
     /// Shadow-stack depth at delivery.
     bottom: usize,
+    /// Where the handler's rsp stays (`[low, high)`, from the core): a block entered with
+    /// rsp outside it was reached by leaving the handler (`siglongjmp`).
+    stack: (u64, u64),
     /// Function-stack depth at delivery (where the separator went).
     fn_sp: usize,
     last_bbcc: Option<u32>,
@@ -2689,6 +2692,25 @@ impl Runtime {
                 }
             }
         }
+        // A handler left without `rt_sigreturn` for the interrupted function itself (a
+        // `siglongjmp` there: no frame of the interrupted code was unwound, which would have
+        // ended the handler as in Callgrind): its stack is behind, so the interrupted state
+        // comes back here and the block continues it. Callgrind stays in the handler's state
+        // for the rest of the run.
+        if t.sigs
+            .last()
+            .is_some_and(|s| sp < s.stack.0 || sp >= s.stack.1)
+        {
+            while t
+                .sigs
+                .last()
+                .is_some_and(|s| sp < s.stack.0 || sp >= s.stack.1)
+            {
+                self.post_signal(t);
+            }
+            delayed_push = false;
+            is_jump = false;
+        }
         let saved = (t.cxt, t.fn_stack.len());
         if (delayed_push && !skip) || t.cxt.is_none() {
             self.push_cxt(t, bb);
@@ -3119,9 +3141,10 @@ impl Runtime {
 impl Runtime {
     /// Callgrind's `pre_signal`: a handler is about to run on thread `t`; the interrupted
     /// code's state is put aside ([`SigFrame`]) and the handler starts afresh.
-    pub fn pre_signal(&mut self, t: &mut ThreadState) {
+    pub fn pre_signal(&mut self, t: &mut ThreadState, stack: (u64, u64)) {
         t.sigs.push(SigFrame {
             bottom: t.stack.len(),
+            stack,
             fn_sp: t.fn_stack.len(),
             last_bbcc: t.last_bbcc,
             cxt: t.cxt,
