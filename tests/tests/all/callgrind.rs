@@ -118,6 +118,15 @@ fn profile_of(out: &std::path::Path) -> Profile {
     parse(&text)
 }
 
+/// Valgrind's profile of `exe` (default options), written to the scratch file `name`.
+fn valgrind_profile(vg: &std::path::Path, exe: &std::path::Path, name: &str) -> Profile {
+    let out = scratch_dir().join(name);
+    let file = format!("--callgrind-out-file={}", out.display());
+    let o = run_valgrind(vg, &["--tool=callgrind", &file], &Cmd::new(exe));
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    profile_of(&out)
+}
+
 fn rgrind_profile(exe: &std::path::Path, name: &str, opts: &[&str]) -> Profile {
     let out = scratch_dir().join(name);
     let file = format!("--callgrind-out-file={}", out.display());
@@ -166,11 +175,7 @@ fn arcs_match_valgrind() {
         return;
     };
     let mine = rgrind_profile(&exe, "clg_graph_vg.rg", &[]);
-    let out = scratch_dir().join("clg_graph_vg.vg");
-    let file = format!("--callgrind-out-file={}", out.display());
-    let o = run_valgrind(&vg, &["--tool=callgrind", &file], &Cmd::new(&exe));
-    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
-    let theirs = profile_of(&out);
+    let theirs = valgrind_profile(&vg, &exe, "clg_graph_vg.vg");
     let ours = GRAPH_FNS;
     for &f in ours {
         assert_eq!(mine.self_ir.get(f), theirs.self_ir.get(f), "self Ir of {f}");
@@ -457,11 +462,7 @@ fn instrumentation_switches_start_a_new_context_like_valgrind() {
         return;
     };
     let mine = rgrind_profile(&exe, "clg_switch.rg", &[]);
-    let out = scratch_dir().join("clg_switch.vg");
-    let file = format!("--callgrind-out-file={}", out.display());
-    let o = run_valgrind(&vg, &["--tool=callgrind", &file], &Cmd::new(&exe));
-    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
-    let theirs = profile_of(&out);
+    let theirs = valgrind_profile(&vg, &exe, "clg_switch.vg");
     for f in ["leaf", "other", "toggled"] {
         assert_eq!(mine.self_ir.get(f), theirs.self_ir.get(f), "self Ir of {f}");
     }
@@ -494,11 +495,7 @@ fn signal_handlers_run_on_their_own_logical_stack_like_valgrind() {
         return;
     };
     let mine = rgrind_profile(&exe, "clg_signals.rg", &[]);
-    let out = scratch_dir().join("clg_signals.vg");
-    let file = format!("--callgrind-out-file={}", out.display());
-    let o = run_valgrind(&vg, &["--tool=callgrind", &file], &Cmd::new(&exe));
-    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
-    let theirs = profile_of(&out);
+    let theirs = valgrind_profile(&vg, &exe, "clg_signals.vg");
     let fns = ["work", "inner", "outer", "leave", "after", "escape", "main"];
     for f in fns {
         assert_eq!(mine.self_ir.get(f), theirs.self_ir.get(f), "self Ir of {f}");
