@@ -84,6 +84,7 @@ const GUESTS: &[Guest] = &[
     g("cxxnames", "cxxnames.cpp", &[]),
     g("persona", "persona.c", &[]),
     g("addrloop", "addrloop.c", &[]),
+    g("addrorder", "addrorder.c", &[]),
     g("straddle", "straddle.c", &[]),
     g("names-legacy", "names.rs", &[]),
     g(

@@ -296,7 +296,14 @@ impl ElfFile {
 
     /// Maps all PT_LOAD segments, followed (when `brk_reserve > 0`) by a `PROT_NONE`,
     /// `MAP_NORESERVE` reservation of `brk_reserve` bytes (a page multiple) right after the image.
-    pub(crate) fn map(&self, brk_reserve: u64) -> Result<MappedImage, LoadError> {
+    /// Maps the image's PT_LOAD segments (and reserves `brk_reserve` bytes after them); a
+    /// position-independent one at `prefer` (aligned up) when that range is free, else where
+    /// the kernel puts it.
+    pub(crate) fn map(
+        &self,
+        brk_reserve: u64,
+        prefer: Option<u64>,
+    ) -> Result<MappedImage, LoadError> {
         let page = page_size();
         let loads: Vec<&ProgramHeader> =
             self.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
@@ -367,11 +374,20 @@ impl ElfFile {
             let wide_len = total
                 .checked_add(slack)
                 .ok_or_else(|| self.map_error("the program", libc::ENOMEM))?;
-            let wide = Reservation::anywhere(wide_len)
-                .map_err(|errno| self.map_error("the program", errno))?;
-            let bias = wide.addr.wrapping_sub(lo).wrapping_add(align - 1) & !(align - 1);
-            let start = lo.wrapping_add(bias);
-            (bias, wide.trim(start, total))
+            let preferred = prefer.and_then(|base| {
+                let at = base.checked_add(align - 1)? & !(align - 1);
+                Reservation::fixed(at, total).ok()
+            });
+            match preferred {
+                Some(res) => (res.addr.wrapping_sub(lo), res),
+                None => {
+                    let wide = Reservation::anywhere(wide_len)
+                        .map_err(|errno| self.map_error("the program", errno))?;
+                    let bias = wide.addr.wrapping_sub(lo).wrapping_add(align - 1) & !(align - 1);
+                    let start = lo.wrapping_add(bias);
+                    (bias, wide.trim(start, total))
+                }
+            }
         };
 
         for ph in &loads {

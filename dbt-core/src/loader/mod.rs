@@ -273,6 +273,13 @@ pub(crate) fn show(path: &std::path::Path) -> String {
 ///
 /// On success the caller owns all the mappings (they are never unmapped by the loader); on
 /// error nothing stays mapped.
+/// Where a position-independent program goes (with its brk reservation after it) when that
+/// range is free: low, below the libraries and the stack, which the kernel places from the
+/// top of the address space down, so that the program, its heap, the libraries and the stack
+/// come in the order they come natively (and under Valgrind). Clear of rgrind's own low
+/// 2 GiB (code cache, tables) and of a non-PIE program's usual place.
+const PIE_BASE: u64 = 0x4_0000_0000;
+
 pub fn load(program: &GuestProgram, opts: &LoadOptions) -> Result<LoadedGuest, LoadError> {
     let page = page_size();
     let brk_reserve = round_up(opts.brk_reserve, page).ok_or_else(|| LoadError::Map {
@@ -281,12 +288,13 @@ pub fn load(program: &GuestProgram, opts: &LoadOptions) -> Result<LoadedGuest, L
         errno: libc::ENOMEM,
     })?;
     let exe_file = elf::ElfFile::open(&program.exe_path)?;
-    let exe_res = exe_file.map(brk_reserve)?;
+    let stack_res = stack::reserve_stack(&program.exe_path, opts.stack_size)?;
+    let exe_res = exe_file.map(brk_reserve, Some(PIE_BASE))?;
     let interp_res = match exe_file.interp_path()? {
         Some(interp_path) => {
             let interp_file = elf::ElfFile::open(&interp_path)
                 .map_err(|e| interp_error(&program.exe_path, &interp_path, e))?;
-            Some(interp_file.map(0)?)
+            Some(interp_file.map(0, None)?)
         }
         None => None,
     };
@@ -294,16 +302,18 @@ pub fn load(program: &GuestProgram, opts: &LoadOptions) -> Result<LoadedGuest, L
     let interp = interp_res.as_ref().map(|r| r.module.clone());
     let brk_start = exe.end;
     let brk_limit = brk_start + brk_reserve;
-    let built = build_stack(&StackInput {
-        path: &program.exe_path,
-        argv: &program.argv,
-        envp: &opts.envp,
-        execfn: &program.execfn,
-        stack_size: opts.stack_size,
-        exe: &exe,
-        interp_base: interp.as_ref().map_or(0, |m| m.load_bias),
-        valgrind_auxv: opts.valgrind_auxv,
-    })?;
+    let built = build_stack(
+        &StackInput {
+            path: &program.exe_path,
+            argv: &program.argv,
+            envp: &opts.envp,
+            execfn: &program.execfn,
+            exe: &exe,
+            interp_base: interp.as_ref().map_or(0, |m| m.load_bias),
+            valgrind_auxv: opts.valgrind_auxv,
+        },
+        stack_res,
+    )?;
     let entry = interp.as_ref().map_or(exe.entry, |m| m.entry);
     // Post-invariant: from here on nothing can fail, so keep the mappings.
     exe_res.keep();

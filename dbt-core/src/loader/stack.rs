@@ -82,8 +82,6 @@ pub(crate) struct StackInput<'a> {
     pub argv: &'a [CString],
     pub envp: &'a [CString],
     pub execfn: &'a CString,
-    /// Requested stack size in bytes (rounded up to pages, at least one page).
-    pub stack_size: u64,
     pub exe: &'a MappedModule,
     /// AT_BASE: the interpreter's load bias, 0 without one.
     pub interp_base: u64,
@@ -118,18 +116,28 @@ fn host_auxv(tag: u64) -> u64 {
 }
 
 /// Maps the guest main stack and writes the initial argc/argv/envp/auxv image into it.
-pub(crate) fn build_stack(inp: &StackInput<'_>) -> Result<BuiltStack, LoadError> {
+/// Reserves the guest stack's address range (`stack_size` rounded up to pages, and a guard
+/// page below), before anything else of the guest is mapped: the kernel hands out mappings
+/// from the top down, so the stack lies above the program, its heap and its libraries, as it
+/// does natively and under Valgrind (pointer comparisons between them come out the same).
+pub(crate) fn reserve_stack(path: &Path, stack_size: u64) -> Result<Reservation, LoadError> {
     let page = page_size();
-    let size = round_up(inp.stack_size.max(page), page).ok_or(LoadError::Map {
-        path: show(inp.path),
+    let size = round_up(stack_size.max(page), page).ok_or(LoadError::Map {
+        path: show(path),
         what: "the guest stack",
         errno: libc::ENOMEM,
     })?;
-    let res = Reservation::anywhere(size + page).map_err(|errno| LoadError::Map {
-        path: show(inp.path),
+    Reservation::anywhere(size + page).map_err(|errno| LoadError::Map {
+        path: show(path),
         what: "the guest stack",
         errno,
-    })?;
+    })
+}
+
+/// Builds the initial stack in `res` (from [`reserve_stack`]).
+pub(crate) fn build_stack(inp: &StackInput<'_>, res: Reservation) -> Result<BuiltStack, LoadError> {
+    let page = page_size();
+    let size = res.len - page;
     let stack_start = res.addr;
     let stack_end = res.addr + res.len;
     // SAFETY: [stack_start + page, stack_end) lies inside the reservation just made, which no

@@ -70,3 +70,27 @@ fn the_guest_sees_no_persona_of_rgrinds() {
         assert_eq!(o.stdout_str(), native.stdout_str(), "{opts:?}");
     }
 }
+
+/// The guest's program, heap, mappings, libraries and stack lie in the order they lie
+/// natively (`tests/guests/addrorder.c` compares their addresses). Until the twenty-fourth
+/// session a position-independent program and its heap were mapped from the top down like
+/// a library, above the stack.
+#[test]
+fn program_heap_libraries_and_stack_lie_in_native_order() {
+    let cmd = Cmd::guest("addrorder");
+    let native = run(&cmd);
+    assert_eq!(native.end(), End::Exit(0), "{}", native.describe());
+    assert_eq!(
+        native.stdout_str(),
+        "stack>big=1 big>heap=1 heap>constant=1 stack>printf=1 printf>heap=1\n"
+    );
+    let clg = format!(
+        "--callgrind-out-file={}",
+        scratch_dir().join("addrorder.clg").display()
+    );
+    for opts in [vec!["--tool=none"], vec!["--tool=callgrind", clg.as_str()]] {
+        let o = run_rgrind(&opts, &cmd);
+        assert_eq!(o.end(), End::Exit(0), "{opts:?}: {}", o.describe());
+        assert_eq!(o.stdout_str(), native.stdout_str(), "{opts:?}");
+    }
+}
