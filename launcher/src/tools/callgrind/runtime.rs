@@ -717,6 +717,13 @@ struct SigFrame {
     run: [u64; RUN],
 }
 
+impl SigFrame {
+    /// Whether `sp` lies on the handler's stack.
+    fn holds(&self, sp: u64) -> bool {
+        (self.stack.0..self.stack.1).contains(&sp)
+    }
+}
+
 /// On the function stack, the start of a signal handler's functions (Callgrind's 0 entry):
 /// contexts do not reach below it.
 const FN_SEPARATOR: u32 = u32::MAX;
@@ -2697,17 +2704,12 @@ impl Runtime {
         // ended the handler as in Callgrind): its stack is behind, so the interrupted state
         // comes back here and the block continues it. Callgrind stays in the handler's state
         // for the rest of the run.
-        if t.sigs
-            .last()
-            .is_some_and(|s| sp < s.stack.0 || sp >= s.stack.1)
-        {
-            while t
-                .sigs
-                .last()
-                .is_some_and(|s| sp < s.stack.0 || sp >= s.stack.1)
-            {
-                self.post_signal(t);
-            }
+        let mut left_handler = false;
+        while t.sigs.last().is_some_and(|s| !s.holds(sp)) {
+            self.post_signal(t);
+            left_handler = true;
+        }
+        if left_handler {
             delayed_push = false;
             is_jump = false;
         }
