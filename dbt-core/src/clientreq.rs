@@ -16,8 +16,8 @@
 //!
 //! Not handled: the backtrace of `VALGRIND_PRINTF_BACKTRACE` (its text is printed),
 //! `VALGRIND_MAP_IP_TO_SRCLOC` (the buffer is left alone), Memcheck's and the other tools'
-//! requests (their defaults), the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx` call-noredir,
-//! `xchg rdi,rdi` IR injection) run natively as the no-ops they are.
+//! requests (their defaults); the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx`
+//! call-noredir, `xchg rdi,rdi` IR injection) run natively as the no-ops they are.
 use crate::context::{reg, ThreadContext};
 use crate::core_state::Core;
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Register};

@@ -296,9 +296,8 @@ impl ElfFile {
 
     /// Maps all PT_LOAD segments, followed (when `brk_reserve > 0`) by a `PROT_NONE`,
     /// `MAP_NORESERVE` reservation of `brk_reserve` bytes (a page multiple) right after the image.
-    /// Maps the image's PT_LOAD segments (and reserves `brk_reserve` bytes after them); a
-    /// position-independent one at `prefer` (aligned up) when that range is free, else where
-    /// the kernel puts it.
+    /// A position-independent image goes to `prefer` (aligned up) when that whole range is
+    /// free, else where the kernel puts it.
     pub(crate) fn map(
         &self,
         brk_reserve: u64,
