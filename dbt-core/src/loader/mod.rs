@@ -274,11 +274,12 @@ pub(crate) fn show(path: &std::path::Path) -> String {
 /// On success the caller owns all the mappings (they are never unmapped by the loader); on
 /// error nothing stays mapped.
 /// Where a position-independent program goes (with its brk reservation after it) when that
-/// range is free: low, below the libraries and the stack, which the kernel places from the
-/// top of the address space down, so that the program, its heap, the libraries and the stack
-/// come in the order they come natively (and under Valgrind). Clear of rgrind's own low
-/// 2 GiB (code cache, tables) and of a non-PIE program's usual place.
-const PIE_BASE: u64 = 0x4_0000_0000;
+/// range is free: where the kernel puts one natively (0x55..-0x56.., above rgrind's own
+/// binary), below the libraries and the stack, which the kernel places from the top of the
+/// address space down, so that the program, its heap, the libraries and the stack come in
+/// the order they come natively (and under Valgrind), and the sanitizers' fixed shadow
+/// ranges stay clear of the program.
+const PIE_BASE: u64 = 0x5600_0000_0000;
 
 pub fn load(program: &GuestProgram, opts: &LoadOptions) -> Result<LoadedGuest, LoadError> {
     let page = page_size();
