@@ -37,6 +37,7 @@ const GUESTS: &[Guest] = &[
     g("branchy", "branchy.S", &["-nostdlib", "-static", "-no-pie"]),
     g("dflag", "dflag.S", &["-nostdlib", "-static", "-no-pie"]),
     g("loops", "loops.S", &["-nostdlib", "-static", "-no-pie"]),
+    g("memops", "memops.S", &["-nostdlib", "-static", "-no-pie"]),
     g("gotswap", "gotswap.S", &["-nostdlib", "-static", "-no-pie"]),
     g(
         "scratchregs",

@@ -150,6 +150,9 @@ pub struct ThreadContext {
     pub helper_step_resume: u64,
     pub instr_flags: u64,
     pub instr_scratch: [u64; 6],
+    /// A vector register stored by the out-of-line address of an element-wise access, to
+    /// read one element (`instrument::emit::element_address`).
+    pub lane_scratch: [u64; 4],
     /// The guest rsp while a shared cache-scan routine runs on `scan_stack`
     /// (`instrument::emit::enter_shared_scan`).
     pub scan_saved_rsp: u64,
@@ -190,6 +193,7 @@ pub const OFF_HELPER_STEP_RESUME: usize = offset_of!(ThreadContext, helper_step_
 pub const OFF_STEPPING: usize = offset_of!(ThreadContext, stepping);
 pub const OFF_INSTR_FLAGS: usize = offset_of!(ThreadContext, instr_flags);
 pub const OFF_INSTR_SCRATCH: usize = offset_of!(ThreadContext, instr_scratch);
+pub const OFF_LANE_SCRATCH: usize = offset_of!(ThreadContext, lane_scratch);
 pub const OFF_SCAN_SAVED_RSP: usize = offset_of!(ThreadContext, scan_saved_rsp);
 pub const OFF_SCAN_STACK_TOP: usize = offset_of!(ThreadContext, scan_stack_top);
 pub const OFF_SCAN_STACK: usize = offset_of!(ThreadContext, scan_stack);

@@ -29,7 +29,10 @@
 //! Deliberately not done: merging checks across guest instructions (each instruction's
 //! requests are emitted on their own; only held flags carry over).
 use super::calltrack::{EXIT_OTHER, EXIT_RET};
-use super::{AfterMiss, BlockView, CallArg, DataRef, Helper, LlHitCount, MemAccess, MruCache, Op};
+use super::{
+    AddressTerm, AfterMiss, BlockView, CallArg, DataRef, Helper, LaneRef, LlHitCount, MaskedOff,
+    MemAccess, MruCache, Op,
+};
 use super::{Instrumenter, RepKind};
 use crate::asm::Asm;
 use crate::cache::FetchedLines;
@@ -49,6 +52,7 @@ const IS1: i32 = OFF_INSTR_SCRATCH as i32 + 8;
 const IS2: i32 = OFF_INSTR_SCRATCH as i32 + 16;
 const IS3: i32 = OFF_INSTR_SCRATCH as i32 + 24;
 const IS4: i32 = OFF_INSTR_SCRATCH as i32 + 32;
+const LANES: i32 = OFF_LANE_SCRATCH as i32;
 const FLAGS: i32 = OFF_INSTR_FLAGS as i32;
 const ARG0: i32 = OFF_HELPER_ARGS as i32;
 const ARG1: i32 = OFF_HELPER_ARGS as i32 + 8;
@@ -129,6 +133,8 @@ enum SlowKind {
         line_row: Option<(u8, u8)>,
         /// Whether the scan past way 1 may be a shared routine (`shared_data_scan`).
         shared: bool,
+        /// The element of an element-wise access.
+        lane: Option<LaneRef>,
     },
     /// Callgrind's block-start routine past the short form's first entry (`ShortForm`),
     /// reached with its register borrowed: the short form's second entry, the way on to the
@@ -1100,6 +1106,9 @@ impl Plan {
         let DataRegs { l, w, saved } = regs;
         let entry = a.new_dynamic_label();
         let back = a.new_dynamic_label();
+        // An address with a run-time term or an element's is computed out of line, where
+        // the flags are free: no inline check.
+        let out_of_line = dref.lane.is_some() || acc.term != AddressTerm::None;
         self.slow.push(Slow {
             entry,
             back,
@@ -1111,8 +1120,9 @@ impl Plan {
                 after_miss,
                 size,
                 saved,
-                line_row: near_rows(cache).then_some((l, w)),
+                line_row: (near_rows(cache) && !out_of_line).then_some((l, w)),
                 shared: self.shared_scans,
+                lane: dref.lane,
             },
         });
         if saved[0] && !chained && !self.fresh[0] {
@@ -1121,54 +1131,62 @@ impl Plan {
         if saved[1] && !chained && !self.fresh[1] {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
         }
-        effective_address(a, &acc, dref.offset, gpr(w), gpr(l))?;
-        if live && !chained && !held {
-            save_flags(a);
-        }
-        let bits = cache.line_bits as i8;
-        let last = (size - 1) as i32;
-        if last == 0 {
-            dynasm!(a ; .arch x64 ; mov Rq(l), Rq(w));
-        } else {
-            dynasm!(a ; .arch x64 ; lea Rq(l), [Rq(w) + last]);
-        }
-        dynasm!(a ; .arch x64 ; shr Rq(l), bits);
-        // w = byte offset of the first byte's set row. The line of the last byte is compared
-        // with that row's MRU tag: equal only if the access lies in one line (a tag in set s
-        // is s modulo the set count, and the next line belongs to the next set), so no
-        // separate straddle test, except with a single set.
-        let set_bits = cache.set_mask << cache.line_bits;
-        let row = cache.assoc * 8;
-        match (i32::try_from(set_bits), cache.set_mask) {
-            (Ok(sb), 1..) => {
-                dynasm!(a ; .arch x64 ; and Rd(w), DWORD sb);
-                scale_to_row(a, w, cache);
+        if out_of_line {
+            if live && !chained && !held {
+                save_flags(a);
             }
-            _ => {
-                // A single set or a huge one: the straddle test first, then the row by
-                // multiplication.
+            dynasm!(a ; .arch x64 ; jmp =>entry);
+        } else {
+            effective_address(a, &acc, dref.offset, gpr(w), gpr(l))?;
+            if live && !chained && !held {
+                save_flags(a);
+            }
+            let bits = cache.line_bits as i8;
+            let last = (size - 1) as i32;
+            if last == 0 {
+                dynasm!(a ; .arch x64 ; mov Rq(l), Rq(w));
+            } else {
+                dynasm!(a ; .arch x64 ; lea Rq(l), [Rq(w) + last]);
+            }
+            dynasm!(a ; .arch x64 ; shr Rq(l), bits);
+            // w = byte offset of the first byte's set row. The line of the last byte is compared
+            // with that row's MRU tag: equal only if the access lies in one line (a tag in set s
+            // is s modulo the set count, and the next line belongs to the next set), so no
+            // separate straddle test, except with a single set.
+            let set_bits = cache.set_mask << cache.line_bits;
+            let row = cache.assoc * 8;
+            match (i32::try_from(set_bits), cache.set_mask) {
+                (Ok(sb), 1..) => {
+                    dynasm!(a ; .arch x64 ; and Rd(w), DWORD sb);
+                    scale_to_row(a, w, cache);
+                }
+                _ => {
+                    // A single set or a huge one: the straddle test first, then the row by
+                    // multiplication.
+                    dynasm!(a
+                        ; .arch x64
+                        ; shr Rq(w), bits
+                        ; cmp Rq(l), Rq(w)
+                        ; jne =>entry
+                        ; and Rq(w), DWORD cache.set_mask as i32
+                        ; imul Rq(w), Rq(w), row as i32
+                    );
+                }
+            }
+            let tags_end = (cache.set_mask + 1) * row + cache.tags;
+            if tags_end <= 1 << 31 {
+                dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) + cache.tags as i32]);
+            } else {
+                let tags = self.literal(a, cache.tags);
                 dynasm!(a
                     ; .arch x64
-                    ; shr Rq(w), bits
-                    ; cmp Rq(l), Rq(w)
-                    ; jne =>entry
-                    ; and Rq(w), DWORD cache.set_mask as i32
-                    ; imul Rq(w), Rq(w), row as i32
+                    ; add Rq(w), QWORD [=>tags]
+                    ; cmp Rq(l), QWORD [Rq(w)]
                 );
             }
+            dynasm!(a ; .arch x64 ; jne =>entry);
         }
-        let tags_end = (cache.set_mask + 1) * row + cache.tags;
-        if tags_end <= 1 << 31 {
-            dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) + cache.tags as i32]);
-        } else {
-            let tags = self.literal(a, cache.tags);
-            dynasm!(a
-                ; .arch x64
-                ; add Rq(w), QWORD [=>tags]
-                ; cmp Rq(l), QWORD [Rq(w)]
-            );
-        }
-        dynasm!(a ; .arch x64 ; jne =>entry ; =>back);
+        dynasm!(a ; .arch x64 ; =>back);
         if chain_out {
             return Ok(());
         }
@@ -1236,7 +1254,7 @@ impl Plan {
             let r = r.full_register();
             r == gpr(regs.l) || r == gpr(regs.w)
         };
-        !acc.vsib && !borrowed(acc.base) && !borrowed(acc.index)
+        !borrowed(acc.base) && !borrowed(acc.index)
     }
 
     /// A label for an 8-byte constant in the pool after the block body (read `rip`-relative).
@@ -2777,6 +2795,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             saved,
             line_row,
             shared,
+            lane,
         } => {
             let mut after_miss = after_miss;
             if let (
@@ -2797,13 +2816,12 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             }
             data_slow(
                 a,
-                &acc,
-                offset,
+                (&acc, offset, lane),
                 cache,
                 (helper, after_miss),
                 (size, saved),
                 back,
-            )
+            )?
         }
         SlowKind::JumpCold {
             short,
@@ -3085,13 +3103,12 @@ fn data_scan(
 /// returns to `back` with all three as the check left them.
 fn data_slow(
     a: &mut Asm,
-    acc: &MemAccess,
-    offset: i32,
+    (acc, offset, lane): (&MemAccess, i32, Option<LaneRef>),
     cache: MruCache,
     (helper, after_miss): (Helper, Option<AfterMiss>),
     (size, saved): (u64, [bool; 2]),
     back: DynamicLabel,
-) {
+) -> Result<(), String> {
     let ret = a.new_dynamic_label();
     if saved[0] {
         dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
@@ -3104,8 +3121,14 @@ fn data_slow(
         dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
     }
     dynasm!(a ; .arch x64 ; gs mov QWORD [IS2], rdx);
-    // The fast path already encoded this address computation, so it cannot fail here.
-    let _ = effective_address(a, acc, offset, Register::RDX, Register::RCX);
+    // Such an address had no inline check of the most recently used way.
+    let out_of_line = lane.is_some() || acc.term != AddressTerm::None;
+    if out_of_line {
+        element_address(a, (acc, offset, lane), ret)?;
+    } else {
+        // The fast path already encoded this address computation, so it cannot fail here.
+        let _ = effective_address(a, acc, offset, Register::RDX, Register::RCX);
+    }
     dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rdx);
     if let Some(after_miss) = after_miss {
         let bits = cache.line_bits as i8;
@@ -3123,6 +3146,9 @@ fn data_slow(
             ; mov rdx, QWORD cache.tags as i64
             ; add rcx, rdx
         );
+        if out_of_line {
+            dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx] ; je =>ret);
+        }
         l1_scan(a, cache, ret, miss);
         dynasm!(a ; .arch x64 ; =>miss);
         if let Some(ll) = after_miss.ll_mru {
@@ -3141,6 +3167,123 @@ fn data_slow(
     helper_call(a, helper, size, ret);
     dynasm!(a ; .arch x64 ; =>ret);
     restore_to(a, true, back);
+    Ok(())
+}
+
+/// `rdx` = the address of an access with a run-time term or of one element of an
+/// element-wise access (`data_slow`: guest rax, rcx and rdx in their registers and in
+/// `gs:[IS0..IS2]`, the flags free); clobbers rax and rcx. A disabled element that is
+/// skipped jumps to `skip`; one at the stack pointer takes `rsp`. Counts an enabled
+/// element at its `enabled_count`.
+fn element_address(
+    a: &mut Asm,
+    (acc, offset, lane): (&MemAccess, i32, Option<LaneRef>),
+    skip: DynamicLabel,
+) -> Result<(), String> {
+    let done = a.new_dynamic_label();
+    let element = acc.lanes.zip(lane);
+    if let Some((lanes, lane)) = element {
+        let (w, i) = (i32::from(lanes.elem), i32::from(lane.index));
+        store_vector(a, lanes.mask)?;
+        let enabled = a.new_dynamic_label();
+        dynasm!(a ; .arch x64 ; gs cmp BYTE [LANES + i * w + w - 1], 0 ; jl =>enabled);
+        match lanes.masked_off {
+            MaskedOff::Skipped => dynasm!(a ; .arch x64 ; jmp =>skip),
+            MaskedOff::AtStackPointer => dynasm!(a ; .arch x64 ; mov rdx, rsp ; jmp =>done),
+        }
+        dynasm!(a ; .arch x64 ; =>enabled);
+    }
+    let gather = element.and_then(|(l, lane)| l.index.map(|ix| (ix, lane.index, acc.scale)));
+    let base_part = MemAccess {
+        index: if gather.is_some() {
+            Register::None
+        } else {
+            acc.index
+        },
+        ..*acc
+    };
+    effective_address(a, &base_part, offset, Register::RDX, Register::RCX)?;
+    // effective_address may have used rcx as its scratch.
+    dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1]);
+    match acc.term {
+        AddressTerm::None => {}
+        AddressTerm::ZeroExtendedAl => {
+            dynasm!(a ; .arch x64 ; movzx eax, al ; add rdx, rax);
+        }
+        AddressTerm::BitOffset(r) => {
+            let bytes = r.size();
+            let src = if r.full_register() == Register::RDX {
+                dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS2]);
+                match bytes {
+                    2 => Register::AX,
+                    4 => Register::EAX,
+                    _ => Register::RAX,
+                }
+            } else {
+                r
+            };
+            let code = match bytes {
+                2 => Code::Movsx_r64_rm16,
+                4 => Code::Movsxd_r64_rm32,
+                _ => Code::Mov_r64_rm64,
+            };
+            encode(
+                a,
+                &Instruction::with2(code, Register::RAX, src).map_err(|e| e.to_string())?,
+            )?;
+            dynasm!(a ; .arch x64 ; sar rax, 3 ; add rdx, rax);
+        }
+    }
+    if let Some(((index, index_bytes), i, scale)) = gather {
+        store_vector(a, index)?;
+        let at = LANES + i32::from(i) * i32::from(index_bytes);
+        let (code, mem) = if index_bytes == 4 {
+            (Code::Movsxd_r64_rm32, lane_operand(at))
+        } else {
+            (Code::Mov_r64_rm64, lane_operand(at))
+        };
+        encode(
+            a,
+            &Instruction::with2(code, Register::RAX, mem).map_err(|e| e.to_string())?,
+        )?;
+        if scale > 1 {
+            dynasm!(a ; .arch x64 ; shl rax, scale.trailing_zeros() as i8);
+        }
+        dynasm!(a ; .arch x64 ; add rdx, rax);
+    }
+    dynasm!(a ; .arch x64 ; =>done);
+    if let Some(counter) = lane.map(|l| l.enabled_count).filter(|c| !c.is_null()) {
+        dynasm!(a ; .arch x64 ; mov rax, QWORD counter as i64 ; inc QWORD [rax]);
+    }
+    Ok(())
+}
+
+/// `gs:[at]`, in the thread's context.
+fn lane_operand(at: i32) -> MemoryOperand {
+    MemoryOperand::new(
+        Register::None,
+        Register::None,
+        1,
+        i64::from(at),
+        4,
+        false,
+        Register::GS,
+    )
+}
+
+/// Stores the guest's vector register `reg` (xmm or ymm) in `gs:[LANES]`.
+fn store_vector(a: &mut Asm, reg: Register) -> Result<(), String> {
+    let code = if reg.is_ymm() {
+        Code::VEX_Vmovdqu_ymmm256_ymm
+    } else if reg.is_xmm() {
+        Code::VEX_Vmovdqu_xmmm128_xmm
+    } else {
+        return Err(format!("no element-wise access with {reg:?}"));
+    };
+    encode(
+        a,
+        &Instruction::with2(code, lane_operand(LANES), reg).map_err(|e| e.to_string())?,
+    )
 }
 
 /// `w` = a set number shifted left by the line bits (`addr & set_mask << line_bits`)
@@ -3965,7 +4108,12 @@ fn effective_address(
             &Instruction::with2(Code::Mov_r64_imm64, dst, displ).map_err(|e| e.to_string())?,
         )?;
     } else {
-        let index = if acc.vsib { Register::None } else { acc.index };
+        // A gather's vector index is an element's business (`element_address`).
+        let index = if acc.index.is_vector_register() {
+            Register::None
+        } else {
+            acc.index
+        };
         let (disp, dsize) = if i32::try_from(d).is_ok() {
             // 1: the encoder picks the smallest displacement that fits.
             (d, 1)

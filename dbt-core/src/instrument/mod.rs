@@ -48,13 +48,75 @@ pub struct MemAccess {
     pub kind: AccessKind,
     /// Bytes accessed (the operand size; 0 when unknown).
     pub size: u32,
-    /// Vector-indexed (gather/scatter): one access per element at run time.
-    pub vsib: bool,
+    /// Element by element (AVX gathers and masked moves): each element is a data reference
+    /// of its own, named by [`DataRef::lane`].
+    pub lanes: Option<Lanes>,
     pub(crate) seg: Register,
     pub(crate) base: Register,
     pub(crate) index: Register,
     pub(crate) scale: u32,
     pub(crate) displ: u64,
+    /// What the address adds to `base + index * scale + displ`.
+    pub(crate) term: AddressTerm,
+}
+
+/// A part of an effective address that only the run time knows beyond base, index and
+/// displacement; such an address is computed out of line, where the flags are free.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AddressTerm {
+    None,
+    /// `xlat`: `al`, zero-extended (the index slot holds no register then).
+    ZeroExtendedAl,
+    /// `bt`/`bts`/`btr`/`btc` with a register bit offset on memory: the signed offset
+    /// divided by 8 (rounded down), the byte that holds the bit, as VEX reads it.
+    BitOffset(Register),
+}
+
+/// The elements of an element-wise access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lanes {
+    pub count: u8,
+    /// Bytes per element.
+    pub elem: u8,
+    /// Where element `i` lies: at `base + index[i] * scale + displ` (a gather; `index` is
+    /// the vector register, `index_bytes` the width of its elements), else at the effective
+    /// address plus `i * elem`.
+    pub(crate) index: Option<(Register, u8)>,
+    /// The vector register whose element `i` (of `elem` bytes) enables element `i` by its
+    /// sign bit.
+    pub(crate) mask: Register,
+    /// What a disabled element does.
+    pub masked_off: MaskedOff,
+}
+
+impl Lanes {
+    /// The data reference of element `i` of access `access`, `size` bytes (the element
+    /// size, clamped by the tool), counted at `enabled_count` (null for none) when it is
+    /// skipped while disabled.
+    pub fn element(&self, access: usize, i: u8, size: u32, enabled_count: *mut u64) -> DataRef {
+        let offset = if self.index.is_some() {
+            0
+        } else {
+            i32::from(i) * i32::from(self.elem)
+        };
+        DataRef {
+            lane: Some(LaneRef {
+                index: i,
+                enabled_count,
+            }),
+            ..DataRef::at(access, offset, size)
+        }
+    }
+}
+
+/// What a disabled element of an element-wise access does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaskedOff {
+    /// Nothing: the element's access is skipped (`vmaskmov*`, `vpmaskmov*`).
+    Skipped,
+    /// An access at the stack pointer instead: VEX's gathers load every element, a
+    /// disabled one from `rsp`, so Cachegrind and Callgrind count and simulate it.
+    AtStackPointer,
 }
 
 /// What an instruction does to control flow.
@@ -205,6 +267,29 @@ pub struct DataRef {
     pub offset: i32,
     /// Bytes (already clamped by the tool to its smallest line size).
     pub size: u32,
+    /// For an element-wise access ([`MemAccess::lanes`]): the element.
+    pub lane: Option<LaneRef>,
+}
+
+/// One element of an element-wise access.
+#[derive(Clone, Copy, Debug)]
+pub struct LaneRef {
+    pub index: u8,
+    /// Incremented each time the element is enabled ([`MaskedOff::Skipped`] elements
+    /// count at run time); null for none.
+    pub enabled_count: *mut u64,
+}
+
+impl DataRef {
+    /// Access `access` at `offset` of `size` bytes, not element-wise.
+    pub fn at(access: usize, offset: i32, size: u32) -> Self {
+        Self {
+            access,
+            offset,
+            size,
+            lane: None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -500,6 +585,66 @@ fn no_data_access(code: Code) -> bool {
     )
 }
 
+/// Fills in what a plain memory operand does not say: the address terms of `xlat` and of
+/// the bit instructions with a register offset, and the elements of AVX gathers (`vsib`:
+/// the index width; 0 for none) and masked moves. EVEX forms (AVX-512, with an opmask) stay
+/// one access at the operand's address.
+fn element_wise(insn: &Instruction, acc: &mut MemAccess, vsib: u8) {
+    use iced_x86::{EncodingKind, OpKind};
+    let m = insn.mnemonic();
+    if m == Mnemonic::Xlatb {
+        acc.index = Register::None;
+        acc.term = AddressTerm::ZeroExtendedAl;
+        acc.size = 1;
+        return;
+    }
+    if matches!(
+        m,
+        Mnemonic::Bt | Mnemonic::Bts | Mnemonic::Btr | Mnemonic::Btc
+    ) && insn.op0_kind() == OpKind::Memory
+        && insn.op1_kind() == OpKind::Register
+    {
+        acc.term = AddressTerm::BitOffset(insn.op1_register());
+        acc.size = 1;
+        return;
+    }
+    if insn.encoding() != EncodingKind::VEX {
+        return;
+    }
+    let (elem, mask, vector) = match m {
+        Mnemonic::Vgatherdps
+        | Mnemonic::Vgatherqps
+        | Mnemonic::Vgatherdpd
+        | Mnemonic::Vgatherqpd
+        | Mnemonic::Vpgatherdd
+        | Mnemonic::Vpgatherqd
+        | Mnemonic::Vpgatherdq
+        | Mnemonic::Vpgatherqq => {
+            let elem = acc.size;
+            let (dest, index) = (insn.op0_register(), acc.index);
+            let count = (dest.size() as u32 / elem).min(index.size() as u32 / u32::from(vsib));
+            acc.lanes = Some(Lanes {
+                count: count as u8,
+                elem: elem as u8,
+                index: Some((index, vsib)),
+                mask: insn.op2_register(),
+                masked_off: MaskedOff::AtStackPointer,
+            });
+            return;
+        }
+        Mnemonic::Vmaskmovps | Mnemonic::Vpmaskmovd => (4, insn.op1_register(), acc.size),
+        Mnemonic::Vmaskmovpd | Mnemonic::Vpmaskmovq => (8, insn.op1_register(), acc.size),
+        _ => return,
+    };
+    acc.lanes = Some(Lanes {
+        count: (vector / elem) as u8,
+        elem: elem as u8,
+        index: None,
+        mask,
+        masked_off: MaskedOff::Skipped,
+    });
+}
+
 /// Builds the tool's view of a decoded block.
 pub(crate) fn block_view<'a>(
     insns: &'a [Instruction],
@@ -521,16 +666,19 @@ pub(crate) fn block_view<'a>(
                         OpAccess::ReadWrite | OpAccess::ReadCondWrite => AccessKind::Modify,
                         _ => continue,
                     };
-                    accesses.push(MemAccess {
+                    let mut acc = MemAccess {
                         kind,
                         size: m.memory_size().size() as u32,
-                        vsib: m.vsib_size() != 0,
+                        lanes: None,
                         seg: m.segment(),
                         base: m.base(),
                         index: m.index(),
                         scale: m.scale(),
                         displ: m.displacement(),
-                    });
+                        term: AddressTerm::None,
+                    };
+                    element_wise(insn, &mut acc, m.vsib_size() as u8);
+                    accesses.push(acc);
                 }
             }
             let rep = if insn.is_string_instruction() {

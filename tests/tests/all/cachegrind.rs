@@ -182,6 +182,102 @@ fn branch_rules_of_locked_and_rep_instructions() {
     assert_eq!(l, theirs, "per-line Ir Bc Bcm Bi Bim equal to Valgrind's");
 }
 
+/// The line of `tests/guests/memops.S` that the comment `/* name */` ends.
+fn memops_line(name: &str) -> u32 {
+    let src = include_str!("../../guests/memops.S");
+    let tag = format!("/* {name} */");
+    let n = src
+        .lines()
+        .position(|l| l.trim_end().ends_with(&tag))
+        .unwrap_or_else(|| panic!("no line {tag} in memops.S"));
+    n as u32 + 1
+}
+
+/// Data accesses whose address the operand alone does not give, counted and simulated where
+/// the instruction really goes, and SIMD accesses in elements as VEX makes them (one
+/// instruction per line of `memops.S`, with Valgrind's rules measured on 3.19): the byte a
+/// register bit offset selects (`bt`/`bts`/`btc`, also backwards), `xlat`'s table entry,
+/// every element of a gather (a disabled one at the stack pointer), the enabled elements of
+/// masked moves, the packed FMA forms, `roundps`, `cvtps2pd` and a ymm `vmovddup` element by
+/// element, `maskmovdqu` as a read-modify-write. Each line equals Valgrind's.
+#[test]
+fn run_time_addresses_and_elements_count_as_in_valgrind() {
+    if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"))
+    {
+        println!("the CPU lacks AVX2 or FMA: memops not run");
+        return;
+    }
+    let opts = [
+        "--cache-sim=yes",
+        "--I1=32768,8,64",
+        "--D1=32768,8,64",
+        "--LL=8388608,16,64",
+    ];
+    let (o, text) = profile_cmd(&Cmd::guest("memops"), "memops.cg", &opts);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let l = lines(&text);
+    // Ir I1mr ILmr Dr D1mr DLmr Dw D1mw DLmw: (Dr, D1mr, Dw, D1mw) of a named line.
+    let data = |name: &str| {
+        let c = &l[&memops_line(name)];
+        (c[3], c[4], c[6], c[7])
+    };
+    for (name, want) in [
+        ("bt+200", (1, 1, 0, 0)),
+        ("after bt+200", (1, 0, 0, 0)),
+        ("bt-100", (1, 1, 0, 0)),
+        ("after bt-100", (1, 0, 0, 0)),
+        ("bts+400", (1, 1, 0, 0)),
+        ("after bts+400", (1, 0, 0, 0)),
+        ("lock btc+800", (2, 1, 0, 0)),
+        ("bt imm", (1, 1, 0, 0)),
+        ("gather 8", (8, 8, 0, 0)),
+        ("gather 4 of 8", (8, 4, 0, 0)),
+        ("gather 2", (2, 2, 0, 0)),
+        ("maskmov load 4 of 8", (4, 1, 0, 0)),
+        ("maskmov store 4 of 8", (0, 0, 4, 1)),
+        ("maskmov load 2 of 4", (2, 1, 0, 0)),
+        ("fma 8", (8, 1, 0, 0)),
+        ("roundps 4", (4, 1, 0, 0)),
+        ("cvtps2pd 2", (2, 1, 0, 0)),
+        ("vmovddup 2", (2, 1, 0, 0)),
+        ("maskmovdqu", (1, 1, 0, 0)),
+    ] {
+        assert_eq!(data(name), want, "{name} (Dr D1mr Dw D1mw)\n{text}");
+    }
+
+    // xlat, which Valgrind cannot decode: the byte al selects.
+    let (o, xtext) = profile_cmd(
+        &Cmd::guest("memops").args(["xlat"]),
+        "memops-xlat.cg",
+        &opts,
+    );
+    assert_eq!(o.end(), End::Exit(7), "{}", o.describe());
+    let xl = lines(&xtext);
+    let dr_d1mr = |name: &str| {
+        let c = &xl[&memops_line(name)];
+        (c[3], c[4])
+    };
+    assert_eq!(dr_d1mr("xlat+200"), (1, 1), "{xtext}");
+    assert_eq!(dr_d1mr("after xlat+200"), (1, 0), "{xtext}");
+
+    let Some(vg) = valgrind() else {
+        println!("valgrind is not installed: not compared");
+        return;
+    };
+    let vg_file = scratch_dir().join("memops.vg.cg");
+    let file_opt = format!("--cachegrind-out-file={}", vg_file.display());
+    let mut vg_opts = vec![
+        "--tool=cachegrind",
+        "--vex-guest-chase=no",
+        file_opt.as_str(),
+    ];
+    vg_opts.extend_from_slice(&opts);
+    let r = run_valgrind(&vg, &vg_opts, &Cmd::guest("memops"));
+    assert!(r.status.success(), "{}", r.describe());
+    let theirs = lines(&std::fs::read_to_string(&vg_file).unwrap());
+    assert_eq!(l, theirs, "per-line costs equal to Valgrind's");
+}
+
 /// Runs `cmd` natively, then under both simulating tools with `--cache-sim=yes` and `extra`;
 /// each run must end as the native one did (exit 0) with the same output. Returns the native
 /// run.
