@@ -38,6 +38,11 @@ const GUESTS: &[Guest] = &[
     g("dflag", "dflag.S", &["-nostdlib", "-static", "-no-pie"]),
     g("loops", "loops.S", &["-nostdlib", "-static", "-no-pie"]),
     g("memops", "memops.S", &["-nostdlib", "-static", "-no-pie"]),
+    g(
+        "cutshort",
+        "cutshort.S",
+        &["-nostdlib", "-static", "-no-pie"],
+    ),
     g("gotswap", "gotswap.S", &["-nostdlib", "-static", "-no-pie"]),
     g(
         "scratchregs",

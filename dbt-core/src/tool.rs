@@ -97,6 +97,13 @@ pub trait Tool: Send {
     /// interrupted context restored (Valgrind's `post_deliver_signal`). A handler left by
     /// `longjmp` gets no such call.
     fn signal_returned(&mut self) {}
+    /// A fault cut a run of block `block` (start, end) short: its instruction `faulting` ran
+    /// its instrumentation and faulted in its own code, the instructions after it did not
+    /// run. `counted`: whether the block's counter (`Instrumenter::count_block`, bumped
+    /// somewhere in the block) counted this run. Then the signal is delivered.
+    fn block_cut_short(&mut self, block: (u64, u64), faulting: usize, counted: bool) {
+        let _ = (block, faulting, counted);
+    }
     /// Called once when the process ends in any way, before it ends.
     fn fini(&mut self, reason: FiniReason) {
         let _ = reason;

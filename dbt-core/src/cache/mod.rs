@@ -109,6 +109,14 @@ pub struct Block {
     /// A callgrind self-loop whose later copies defer their charges (`Plan::loop_lite`):
     /// the inline state and the block's Ir; a fault in copy `k` owes `k` executions.
     pub loop_owed: Option<LoopOwed>,
+    /// Guest instructions of the block (a self-loop's translation holds several copies).
+    pub guest_insns: u32,
+    /// The end of the instructions the tool saw (`BlockView::end`; an ending `hlt` or
+    /// system call is the translator's alone).
+    pub tool_end: u64,
+    /// The instruction before whose own code the block's counter (`Instrumenter::count_block`)
+    /// is bumped, in every copy; `None` when the tool counts no block.
+    pub counted_before: Option<u32>,
     /// A second entry past the block's first fetch check (of one line), for direct exits
     /// whose own last fetch check left that line most recently used
     /// (`ExitRecord::fetched`): Cachegrind's fall-throughs and short branches within a line.
@@ -271,6 +279,21 @@ impl CodeCache {
             .or_else(|| retired().filter(|b| pc < b.host + b.host_len))?;
         let off = (pc - b.host) as u32;
         Some((b, b.insn_starts.partition_point(|&(o, _)| o <= off)))
+    }
+
+    /// For a guest instruction faulting at host `pc` in a block with a counter: the block as
+    /// the tool saw it (start, end), the faulting instruction's index in it and whether this run of the
+    /// block was counted already.
+    pub fn cut_short_at(&self, pc: u64) -> Option<(u64, u64, u32, bool)> {
+        let (b, i) = self.insn_index_at(pc)?;
+        let counted_before = b.counted_before?;
+        let faulting = (i.saturating_sub(1) as u32) % b.guest_insns.max(1);
+        Some((
+            b.guest_start,
+            b.tool_end,
+            faulting,
+            faulting >= counted_before,
+        ))
     }
 
     /// For a guest instruction faulting at host `pc`: the executions a callgrind self-loop's
@@ -485,6 +508,9 @@ mod tests {
             insn_starts: vec![(0, guest), (5, guest + 3)],
             flags_stashed: vec![1],
             loop_owed: None,
+            guest_insns: 2,
+            tool_end: guest + 6,
+            counted_before: None,
             line_entry: None,
             guest_start: guest,
             guest_end: guest + 6,

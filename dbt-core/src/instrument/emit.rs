@@ -452,6 +452,15 @@ impl Plan {
         self.loop_head = Some((head, copy));
     }
 
+    /// The instruction before whose own code the block's counter is bumped (`count_at`);
+    /// `None` without a counter.
+    pub(crate) fn counted_before(&self) -> Option<u32> {
+        self.ops
+            .iter()
+            .any(|o| matches!(o, Op::CountBlock(_)))
+            .then_some(self.count_at as u32)
+    }
+
     /// The inline state and the block's Ir when this plan's later loop copies defer their
     /// charges (`Plan::loop_lite`): what a fault in copy `k` owes (`JumpState::charge_owed`).
     pub(crate) fn loop_owed(&self) -> Option<(u64, u32)> {

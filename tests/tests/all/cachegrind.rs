@@ -58,7 +58,8 @@ fn tiny_counts_each_instruction_once() {
 
 /// `loops.S`: self-loops, which the translator unrolls with one share of the block counter
 /// per copy, count every iteration exactly, whatever the iteration count modulo the copies,
-/// when a signal arrives in the middle of the unrolled code, and when an iteration faults.
+/// when a signal arrives in the middle of the unrolled code, and when an iteration faults
+/// (up to the faulting instruction).
 #[test]
 fn self_loops_count_every_iteration() {
     let (o, text) = profile_cmd(&Cmd::guest("loops"), "loops.cg", &[]);
@@ -68,13 +69,17 @@ fn self_loops_count_every_iteration() {
     let total: u64 = l.values().map(|v| v[0]).sum();
     assert!(text.ends_with(&format!("summary: {total}\n")), "{text}");
 
-    // The 6th iteration faults: the profile is written, with 6 entries of the loop block
-    // (rgrind counts a block when it is entered; Valgrind's 5 leave out the faulting one).
+    // The 6th iteration faults at line 50: the profile is written, with the 6th run of the
+    // loop block counted up to the faulting load (Valgrind's 5 leave out the whole run).
     let (o, text) = profile_cmd(&Cmd::guest("loops").args(["fault"]), "loops-fault.cg", &[]);
     assert_eq!(o.end(), End::Signal(libc::SIGSEGV), "{}", o.describe());
     let l = lines(&text);
     let ir = |line: u32| l.get(&line).map_or(0, |v| v[0]);
-    assert_eq!((47..=52).map(ir).collect::<Vec<_>>(), [6; 6], "{text}");
+    assert_eq!(
+        (47..=52).map(ir).collect::<Vec<_>>(),
+        [6, 6, 6, 6, 5, 5],
+        "{text}"
+    );
     assert_eq!([ir(14), ir(15), ir(16)], [45; 3], "{text}");
 
     // Valgrind (without its speculative chase over-count) agrees on the unrolled loop.
@@ -99,6 +104,21 @@ fn self_loops_count_every_iteration() {
             );
         }
     }
+}
+
+/// A block cut short by a fault before its counter was bumped (`cutshort.S`): the
+/// instructions up to the faulting one count once, the rest not at all.
+#[test]
+fn a_fault_before_the_block_counter_counts_what_ran() {
+    let (o, text) = profile_cmd(&Cmd::guest("cutshort"), "cutshort.cg", &[]);
+    assert_eq!(o.end(), End::Signal(libc::SIGSEGV), "{}", o.describe());
+    let l = lines(&text);
+    let ir = |line: u32| l.get(&line).map_or(0, |v| v[0]);
+    assert_eq!(
+        (8..=15).map(ir).collect::<Vec<_>>(),
+        [1, 1, 1, 1, 1, 1, 0, 0],
+        "{text}"
+    );
 }
 
 #[test]

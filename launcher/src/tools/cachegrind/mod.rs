@@ -171,6 +171,27 @@ struct BlockRec {
     /// Entries of `costs`: 1 + SLOTS per instruction + 2 per masked move.
     n_costs: usize,
     insns: Vec<InsnStatic>,
+    /// Runs a fault cut short: (faulting instruction, whether the block's counter counted
+    /// the run). See [`BlockRec::runs_of`].
+    cut_short: Vec<(usize, bool)>,
+}
+
+impl BlockRec {
+    /// How many times instruction `i` ran when the block's counter says `count`: a run cut
+    /// short by a fault ran the instructions up to the faulting one (counted as the
+    /// instruction's data accesses were simulated), whether or not the counter, bumped
+    /// somewhere in the block, counted it.
+    fn runs_of(&self, i: usize, count: u64) -> u64 {
+        self.cut_short
+            .iter()
+            .fold(count, |n, &(faulting, counted)| {
+                match (counted, i > faulting) {
+                    (true, true) => n - 1,
+                    (false, false) => n + 1,
+                    _ => n,
+                }
+            })
+    }
 }
 
 // SAFETY: `costs` points into the process-lifetime cost arena; the tool is used under the
@@ -376,8 +397,8 @@ impl Cachegrind {
             // SAFETY: the cost array has 1 + SLOTS * insns.len() entries (allocated so in
             // `instrument`) and lives for the whole process; no guest code runs now.
             let arr = unsafe { std::slice::from_raw_parts(rec.costs, rec.n_costs) };
-            let count = arr[0];
             for (i, s) in rec.insns.iter().enumerate() {
+                let count = rec.runs_of(i, arr[0]);
                 let slot = &arr[1 + SLOTS * i..1 + SLOTS * (i + 1)];
                 let extra = slot[S_REP_ENTRIES];
                 let iters = slot[S_REP_ITERS];
@@ -726,12 +747,19 @@ impl Tool for Cachegrind {
                 enabled,
             });
         }
+        // A translation again of the same block: its cost array and the runs cut short stand.
+        let cut_short = self
+            .blocks
+            .remove(&(b.start, b.end))
+            .map(|r| r.cut_short)
+            .unwrap_or_default();
         self.blocks.insert(
             (b.start, b.end),
             BlockRec {
                 costs,
                 n_costs,
                 insns: statics,
+                cut_short,
             },
         );
     }
@@ -760,6 +788,12 @@ impl Tool for Cachegrind {
         ClientReply {
             value: Some(0),
             discard_translations: true,
+        }
+    }
+
+    fn block_cut_short(&mut self, block: (u64, u64), faulting: usize, counted: bool) {
+        if let Some(rec) = self.blocks.get_mut(&block) {
+            rec.cut_short.push((faulting, counted));
         }
     }
 
