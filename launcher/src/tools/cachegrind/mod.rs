@@ -583,15 +583,11 @@ fn vex_split(v: &InsnView) -> Option<(i32, u64, i32)> {
         (M::Roundps | M::Roundpd | M::Cvtps2pd, EncodingKind::Legacy) => per_element,
         (M::Vcvtps2pd, EncodingKind::VEX) => per_element,
         (M::Vmovddup, EncodingKind::VEX) if size == 32 => Some((2, 8, 16)),
-        (m, EncodingKind::VEX) if is_fma(m) => per_element,
+        (_, EncodingKind::VEX) if insn.cpuid_features().contains(&iced_x86::CpuidFeature::FMA) => {
+            per_element
+        }
         _ => None,
     }
-}
-
-/// The fused multiply-add mnemonics (FMA3).
-fn is_fma(m: iced_x86::Mnemonic) -> bool {
-    let name = format!("{m:?}");
-    name.starts_with("Vfm") || name.starts_with("Vfnm")
 }
 
 impl Tool for Cachegrind {
