@@ -11,12 +11,11 @@
 //!   the address of the first `rol` and length 19 (`is_request` tells it apart from a real
 //!   3-byte `xchg`).
 //! * Core requests are answered here (RUNNING_ON_VALGRIND → 1, DISCARD_TRANSLATIONS,
-//!   NON_SIMD_CALL0..3, PRINTF and its variants, STACK_REGISTER); every other request goes to
-//!   the tool, whose default answer leaves rdx unchanged.
+//!   NON_SIMD_CALL0..3, PRINTF and its variants, STACK_REGISTER, MAP_IP_TO_SRCLOC); every
+//!   other request goes to the tool, whose default answer leaves rdx unchanged.
 //!
 //! Not handled: the backtrace of `VALGRIND_PRINTF_BACKTRACE` (its text is printed),
-//! `VALGRIND_MAP_IP_TO_SRCLOC` (the buffer is left alone), Memcheck's and the other tools'
-//! requests (their defaults); the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx`
+//! Memcheck's and the other tools' requests (their defaults); the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx`
 //! call-noredir, `xchg rdi,rdi` IR injection) run natively as the no-ops they are.
 use crate::context::{reg, ThreadContext};
 use crate::core_state::Core;
@@ -42,6 +41,8 @@ const PRINTF_BACKTRACE: u64 = 0x1402;
 const PRINTF_VALIST_BY_REF: u64 = 0x1403;
 const PRINTF_BACKTRACE_VALIST_BY_REF: u64 = 0x1404;
 const STACK_REGISTER: u64 = 0x1501;
+/// `VALGRIND_MAP_IP_TO_SRCLOC(addr, buf64)`.
+const MAP_IP_TO_SRCLOC: u64 = 0x1701;
 
 /// The last id `VALGRIND_STACK_REGISTER` handed out (Valgrind's start at 1).
 static STACK_IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -52,6 +53,17 @@ static CLIENT_OUTPUT: std::sync::OnceLock<fn(&str)> = std::sync::OnceLock::new()
 /// Sets where the guest's `VALGRIND_PRINTF` text goes (`dbt_core::tool::set_client_output`).
 pub fn set_client_output(sink: fn(&str)) {
     let _ = CLIENT_OUTPUT.set(sink);
+}
+
+/// The source file name (without its directory) and line of a guest code address, for
+/// `VALGRIND_MAP_IP_TO_SRCLOC` (the launcher's symboliser), set once at start.
+static SOURCE_LOCATOR: std::sync::OnceLock<fn(u64) -> Option<(String, u32)>> =
+    std::sync::OnceLock::new();
+
+/// Sets how `VALGRIND_MAP_IP_TO_SRCLOC` finds a source location
+/// (`dbt_core::tool::set_source_locator`).
+pub fn set_source_locator(locate: fn(u64) -> Option<(String, u32)>) {
+    let _ = SOURCE_LOCATOR.set(locate);
 }
 
 /// If the bytes at `at` in `buf` (guest address `addr`) are a client request, the single
@@ -108,6 +120,11 @@ pub fn handle(ctx: &mut ThreadContext, core: &mut Core) {
         STACK_REGISTER => {
             ctx.gpr[reg::RDX] = STACK_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
         }
+        MAP_IP_TO_SRCLOC => {
+            let found = SOURCE_LOCATOR.get().and_then(|locate| locate(args[1]));
+            crate::guest_mem::write(args[2], &source_location_text(found));
+            ctx.gpr[reg::RDX] = 0;
+        }
         _ => {
             let reply = core.tool.client_request(&args);
             if let Some(v) = reply.value {
@@ -118,6 +135,18 @@ pub fn handle(ctx: &mut ThreadContext, core: &mut Core) {
             }
         }
     }
+}
+
+/// The 64 bytes `VALGRIND_MAP_IP_TO_SRCLOC` writes, as Valgrind: `file:line`, the file name
+/// cut to 49 bytes, zero-padded; all zero when the location is unknown.
+fn source_location_text(found: Option<(String, u32)>) -> [u8; 64] {
+    let mut buf = [0u8; 64];
+    if let Some((file, line)) = found {
+        let name = &file.as_bytes()[..file.len().min(49)];
+        let text = [name, format!(":{line}").as_bytes()].concat();
+        buf[..text.len()].copy_from_slice(&text);
+    }
+    buf
 }
 
 /// `VALGRIND_NON_SIMD_CALLn(f, ...)`: calls `f(tid, arg1, arg2, arg3)` here, on the real

@@ -91,6 +91,7 @@ fn run(s: Settings) -> ! {
         }
     };
     dbt_core::tool::set_client_output(log::client_text);
+    dbt_core::tool::set_source_locator(tools::cachegrind::modules::source_location);
     if let Err(e) = log::open(log_file.as_deref()) {
         fail(&[format!(
             "cannot open log file '{}': {e}",

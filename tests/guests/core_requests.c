@@ -1,7 +1,9 @@
 /* Valgrind's core client requests that answer the program (compiled by
  * tests/all/client_requests.rs): NON_SIMD_CALL runs a function of the program's, STACK_REGISTER
- * hands out ids, VALGRIND_PRINTF prints to the log and returns the length. */
+ * hands out ids, VALGRIND_PRINTF prints to the log and returns the length, MAP_IP_TO_SRCLOC
+ * names the source file and line of a code address (nothing for an address without one). */
 #include <stdio.h>
+#include <string.h>
 #include <valgrind/valgrind.h>
 
 static long plus(long tid, long a, long b, long c) { return tid > 0 ? a * 100 + b * 10 + c : -1; }
@@ -17,7 +19,13 @@ int main(void) {
     int k = VALGRIND_PRINTF_BACKTRACE("trace %d\n", 7);
     long c0 = (long)VALGRIND_NON_SIMD_CALL0(answer);
     long c3 = (long)VALGRIND_NON_SIMD_CALL3(plus, 1, 2, 3);
+    char at[64], none[64];
+    memset(at, 'x', sizeof at);
+    memset(none, 'x', sizeof none);
+    VALGRIND_MAP_IP_TO_SRCLOC((void *)answer, at);
+    VALGRIND_MAP_IP_TO_SRCLOC((void *)4096, none);
     printf("call0=%ld call3=%ld stacks=%u,%u printf=%d,%d,%d running=%u\n", c0, c3, id1, id2, n, m,
            k, RUNNING_ON_VALGRIND);
+    printf("srcloc=%.63s none=%d\n", at, none[0]);
     return 0;
 }

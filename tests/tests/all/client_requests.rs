@@ -1,7 +1,7 @@
 //! Valgrind's core client requests that answer the program (`tests/guests/core_requests.c`,
 //! compiled here; skipped with a message without gcc or `valgrind/valgrind.h`): the program
 //! sees what it sees under Valgrind, and `VALGRIND_PRINTF`'s text reaches the log with
-//! Valgrind's `**PID**` prefix, `-q` or not.
+//! Valgrind's `**PID**` prefix, `-q` or not; `VALGRIND_MAP_IP_TO_SRCLOC` writes `file:line`.
 
 use rgrind_tests::{run, run_rgrind, run_valgrind, scratch_dir, valgrind, which, Cmd, End};
 use std::path::PathBuf;
@@ -43,7 +43,7 @@ fn core_requests_answer_as_under_valgrind() {
     assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
     assert_eq!(
         o.stdout_str(),
-        "call0=42 call3=123 stacks=1,2 printf=20,18,8 running=1\n",
+        "call0=42 call3=123 stacks=1,2 printf=20,18,8 running=1\nsrcloc=core_requests.c:10 none=0\n",
         "{}",
         o.describe()
     );

@@ -72,6 +72,18 @@ fn first_load_of_file(path: &str) -> Option<(u64, u64)> {
     first_load_in(&table, phentsize, phnum)
 }
 
+/// The source file name (without its directory) and line of guest code address `addr`, from
+/// the modules mapped now, for `VALGRIND_MAP_IP_TO_SRCLOC` (rare: the maps are read and the
+/// symboliser built for each request).
+pub fn source_location(addr: u64) -> Option<(String, u32)> {
+    let mut modules = Modules::default();
+    modules.refresh();
+    let loc = dumper::Symbolizer::new(modules.infos()).lookup_line(addr);
+    let file = loc.file?;
+    let name = file.rsplit('/').next().unwrap_or(&file).to_string();
+    (loc.line != 0).then_some((name, loc.line))
+}
+
 /// Whether system call `nr` maps or unmaps memory (see [`Modules::mappings_changed`]).
 pub fn maps_memory(nr: u64) -> bool {
     [
