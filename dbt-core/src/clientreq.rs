@@ -55,14 +55,15 @@ pub fn set_client_output(sink: fn(&str)) {
     let _ = CLIENT_OUTPUT.set(sink);
 }
 
-/// The source file name (without its directory) and line of a guest code address, for
-/// `VALGRIND_MAP_IP_TO_SRCLOC` (the launcher's symboliser), set once at start.
-static SOURCE_LOCATOR: std::sync::OnceLock<fn(u64) -> Option<(String, u32)>> =
-    std::sync::OnceLock::new();
+/// The source file name (without its directory) and line of a guest code address.
+type SourceLocator = fn(u64) -> Option<(String, u32)>;
+
+/// For `VALGRIND_MAP_IP_TO_SRCLOC` (the launcher's symboliser), set once at start.
+static SOURCE_LOCATOR: std::sync::OnceLock<SourceLocator> = std::sync::OnceLock::new();
 
 /// Sets how `VALGRIND_MAP_IP_TO_SRCLOC` finds a source location
 /// (`dbt_core::tool::set_source_locator`).
-pub fn set_source_locator(locate: fn(u64) -> Option<(String, u32)>) {
+pub fn set_source_locator(locate: SourceLocator) {
     let _ = SOURCE_LOCATOR.set(locate);
 }
 
