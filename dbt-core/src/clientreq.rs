@@ -14,8 +14,7 @@
 //!   NON_SIMD_CALL0..3, PRINTF and its variants, STACK_REGISTER, MAP_IP_TO_SRCLOC); every
 //!   other request goes to the tool, whose default answer leaves rdx unchanged.
 //!
-//! Not handled: the backtrace of `VALGRIND_PRINTF_BACKTRACE` (its text is printed),
-//! Memcheck's and the other tools' requests (their defaults); the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx`
+//! Not handled: Memcheck's and the other tools' requests (their defaults); the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx`
 //! call-noredir, `xchg rdi,rdi` IR injection) run natively as the no-ops they are.
 use crate::context::{reg, ThreadContext};
 use crate::core_state::Core;
@@ -60,6 +59,16 @@ type SourceLocator = fn(u64) -> Option<(String, u32)>;
 
 /// For `VALGRIND_MAP_IP_TO_SRCLOC` (the launcher's symboliser), set once at start.
 static SOURCE_LOCATOR: std::sync::OnceLock<SourceLocator> = std::sync::OnceLock::new();
+
+/// Prints the guest's call stack from (rip, rsp, rbp) for `VALGRIND_PRINTF_BACKTRACE` (the
+/// launcher's unwinder and log), set once at start.
+static BACKTRACE_PRINTER: std::sync::OnceLock<fn(u64, u64, u64)> = std::sync::OnceLock::new();
+
+/// Sets how `VALGRIND_PRINTF_BACKTRACE` prints the call stack
+/// (`dbt_core::tool::set_backtrace_printer`).
+pub fn set_backtrace_printer(print: fn(u64, u64, u64)) {
+    let _ = BACKTRACE_PRINTER.set(print);
+}
 
 /// Sets how `VALGRIND_MAP_IP_TO_SRCLOC` finds a source location
 /// (`dbt_core::tool::set_source_locator`).
@@ -115,8 +124,15 @@ pub fn handle(ctx: &mut ThreadContext, core: &mut Core) {
         CLIENT_CALL0..=CLIENT_CALL3 => {
             ctx.gpr[reg::RDX] = client_call(ctx, &args);
         }
-        PRINTF | PRINTF_BACKTRACE | PRINTF_VALIST_BY_REF | PRINTF_BACKTRACE_VALIST_BY_REF => {
+        PRINTF | PRINTF_VALIST_BY_REF => {
             ctx.gpr[reg::RDX] = client_printf(args[1], args[2]);
+        }
+        PRINTF_BACKTRACE | PRINTF_BACKTRACE_VALIST_BY_REF => {
+            ctx.gpr[reg::RDX] = client_printf(args[1], args[2]);
+            if let Some(print) = BACKTRACE_PRINTER.get() {
+                // Valgrind's innermost frame is the instruction after the request.
+                print(ctx.rip, ctx.gpr[reg::RSP], ctx.gpr[reg::RBP]);
+            }
         }
         STACK_REGISTER => {
             ctx.gpr[reg::RDX] = STACK_IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;

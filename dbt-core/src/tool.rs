@@ -9,7 +9,7 @@
 //!
 //! It gets a read-only [`BlockView`] of each block and an [`Instrumenter`] with a few
 //! primitives; code generation stays in the core.
-pub use crate::clientreq::{set_client_output, set_source_locator};
+pub use crate::clientreq::{set_backtrace_printer, set_client_output, set_source_locator};
 pub use crate::dispatch::request_retranslation;
 /// Block counters (`Instrumenter::count_block`) of self-loops are spread over loop shares by
 /// the translator; this folds them back. Call it before reading block counters.

@@ -92,6 +92,8 @@ fn run(s: Settings) -> ! {
     };
     dbt_core::tool::set_client_output(log::client_text);
     dbt_core::tool::set_source_locator(tools::cachegrind::modules::source_location);
+    tools::cachegrind::modules::set_stack_trace_options(s.num_callers, s.show_below_main);
+    dbt_core::tool::set_backtrace_printer(tools::cachegrind::modules::print_backtrace);
     if let Err(e) = log::open(log_file.as_deref()) {
         fail(&[format!(
             "cannot open log file '{}': {e}",

@@ -17,6 +17,7 @@
 mod cache;
 pub mod demangle;
 pub(crate) mod elf;
+pub mod unwind;
 
 use std::collections::HashMap;
 use std::path::PathBuf;

@@ -27,6 +27,9 @@ pub struct Settings {
     pub chaining: bool,
     pub stats: bool,
     pub fair_sched: bool,
+    /// Frames of a stack trace (`--num-callers`, 1..=500).
+    pub num_callers: usize,
+    pub show_below_main: bool,
     /// `--guest-env`: `Some(true)` = Valgrind's, `Some(false)` = native, `None` = the tool's
     /// default (see [`Settings::valgrind_guest_env`]).
     pub guest_env: Option<bool>,
@@ -156,6 +159,16 @@ const OPTIONS: &[Opt] = &[
         name: "--read-inline-info",
         kind: Kind::Bool,
         help: "accepted as Valgrind does; Cachegrind's and Callgrind's files do not depend on it [no]",
+    },
+    Opt {
+        name: "--num-callers",
+        kind: Kind::Str,
+        help: "show <number> callers in stack traces (VALGRIND_PRINTF_BACKTRACE) [12]",
+    },
+    Opt {
+        name: "--show-below-main",
+        kind: Kind::Bool,
+        help: "continue stack traces below main() [no]",
     },
     Opt {
         name: "--trace-blocks",
@@ -337,6 +350,8 @@ pub fn parse(defaults: &[OsString], args: &[OsString]) -> Result<Command, CliErr
         chaining: true,
         stats: false,
         fair_sched: false,
+        num_callers: 12,
+        show_below_main: false,
         guest_env: None,
         tool_options: Vec::new(),
         raw_options: Vec::new(),
@@ -410,6 +425,19 @@ pub fn parse(defaults: &[OsString], args: &[OsString]) -> Result<Command, CliErr
             "--read-inline-info" => {
                 parse_bool(&arg, v)?;
             }
+            "--num-callers" => {
+                let n: i64 = v.parse().map_err(|_| {
+                    CliError::BadValue(arg.clone(), format!("Invalid integer value '{v}'"))
+                })?;
+                if !(1..=500).contains(&n) {
+                    return Err(CliError::BadValue(
+                        arg.clone(),
+                        "'--num-callers' argument must be between 1 and 500".into(),
+                    ));
+                }
+                s.num_callers = n as usize;
+            }
+            "--show-below-main" => s.show_below_main = parse_bool(&arg, v)?,
             "--trace-blocks" => s.trace_blocks = parse_bool(&arg, v)?,
             "--trace-syscalls" => s.trace_syscalls = parse_bool(&arg, v)?,
             "--single-step" => s.single_step = parse_bool(&arg, v)?,

@@ -1,7 +1,8 @@
 //! Valgrind's core client requests that answer the program (`tests/guests/core_requests.c`,
 //! compiled here; skipped with a message without gcc or `valgrind/valgrind.h`): the program
 //! sees what it sees under Valgrind, and `VALGRIND_PRINTF`'s text reaches the log with
-//! Valgrind's `**PID**` prefix, `-q` or not; `VALGRIND_MAP_IP_TO_SRCLOC` writes `file:line`.
+//! Valgrind's `**PID**` prefix, `-q` or not, `VALGRIND_PRINTF_BACKTRACE`'s with the call stack;
+//! `VALGRIND_MAP_IP_TO_SRCLOC` writes `file:line`.
 
 use rgrind_tests::{run, run_rgrind, run_valgrind, scratch_dir, valgrind, which, Cmd, End};
 use std::path::PathBuf;
@@ -22,6 +23,20 @@ fn build() -> Option<PathBuf> {
         .args([out.as_os_str(), src.as_os_str()]));
     assert_eq!(o.end(), End::Exit(0), "gcc failed: {}", o.describe());
     Some(out)
+}
+
+/// The stack trace lines of a run's stderr (`==PID==    at 0x...: fn (file:line)`), without
+/// the pid and the address (the program lies elsewhere under Valgrind).
+fn trace_lines(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| l.split_once("==    "))
+        .filter_map(|(_, l)| {
+            let (word, rest) = l.split_once(" 0x")?;
+            let (_, place) = rest.split_once(": ")?;
+            Some(format!("{word} {place}"))
+        })
+        .collect()
 }
 
 /// The `**PID** ` lines of a run's stderr, without the pid.
@@ -54,6 +69,19 @@ fn core_requests_answer_as_under_valgrind() {
         "{}",
         o.describe()
     );
+    // VALGRIND_PRINTF_BACKTRACE's call stack: the request's function, then its caller main.
+    let trace = trace_lines(&o.stderr_str());
+    assert_eq!(trace.len(), 2, "{}", o.describe());
+    assert!(
+        trace[0].starts_with("at VALGRIND_PRINTF_BACKTRACE (valgrind.h:"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        trace[1].starts_with("by main (core_requests.c:"),
+        "{}",
+        o.describe()
+    );
     let Some(vg) = valgrind() else {
         println!("valgrind not installed: comparison skipped");
         return;
@@ -61,4 +89,14 @@ fn core_requests_answer_as_under_valgrind() {
     let v = run_valgrind(&vg, &["--tool=none", "-q"], &Cmd::new(&exe));
     assert_eq!(v.stdout_str(), o.stdout_str(), "{}", v.describe());
     assert_eq!(client_lines(&v.stderr_str()), mine, "{}", v.describe());
+    assert_eq!(trace_lines(&v.stderr_str()), trace, "{}", v.describe());
+
+    // `--num-callers` bounds the trace.
+    let one = run_rgrind(&["--tool=none", "-q", "--num-callers=1"], &Cmd::new(&exe));
+    assert_eq!(
+        trace_lines(&one.stderr_str()),
+        trace[..1],
+        "{}",
+        one.describe()
+    );
 }

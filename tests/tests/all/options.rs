@@ -27,6 +27,32 @@ fn unknown_option_is_named_and_exits_1() {
     );
 }
 
+/// `--num-callers` takes 1 to 500, as Valgrind's; other values are bad options.
+#[test]
+fn num_callers_out_of_range_is_a_bad_option() {
+    for (value, why) in [
+        ("0", "'--num-callers' argument must be between 1 and 500"),
+        ("501", "'--num-callers' argument must be between 1 and 500"),
+        ("many", "Invalid integer value 'many'"),
+    ] {
+        let arg = format!("--num-callers={value}");
+        let o = run_rgrind(&["--tool=none", &arg], &guest_case("hello").cmd());
+        assert_eq!(o.end(), End::Exit(1), "{}", o.describe());
+        let err = o.stderr_str();
+        assert!(
+            err.contains(&format!("Bad option: {arg}\n")) && err.contains(why),
+            "{}",
+            o.describe()
+        );
+        assert!(o.stdout.is_empty(), "{}", o.describe());
+    }
+    let o = run_rgrind(
+        &["--tool=none", "--num-callers=500", "--show-below-main=yes"],
+        &guest_case("hello").cmd(),
+    );
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+}
+
 #[test]
 fn unknown_tool_is_named_and_exits_1() {
     let o = run_rgrind(&["--tool=nosuchtool"], &guest_case("hello").cmd());

@@ -84,6 +84,61 @@ pub fn source_location(addr: u64) -> Option<(String, u32)> {
     (loc.line != 0).then_some((name, loc.line))
 }
 
+/// `--num-callers` and `--show-below-main`.
+static STACK_TRACE_OPTIONS: std::sync::OnceLock<(usize, bool)> = std::sync::OnceLock::new();
+
+/// Sets `--num-callers` and `--show-below-main` for [`print_backtrace`].
+pub fn set_stack_trace_options(num_callers: usize, show_below_main: bool) {
+    let _ = STACK_TRACE_OPTIONS.set((num_callers, show_below_main));
+}
+
+/// Prints the guest's call stack from `rip` (with its `rsp` and `rbp`) to the log as
+/// Valgrind's `VALGRIND_PRINTF_BACKTRACE` does without inlined frames (its default for these
+/// tools): `   at 0x..: fn (file:line)`, then `   by ...` for each caller, up to `main` or a
+/// function below it unless `--show-below-main=yes` (such functions are named
+/// `(below main)` either way), at most `--num-callers` frames.
+pub fn print_backtrace(rip: u64, rsp: u64, rbp: u64) {
+    let (num_callers, show_below_main) = STACK_TRACE_OPTIONS.get().copied().unwrap_or((12, false));
+    use dumper::symbols::unwind::{Frame, Unwinder};
+    let mut modules = Modules::default();
+    modules.refresh();
+    let infos = modules.infos();
+    let unwinder = Unwinder::new(&infos);
+    let symbols = dumper::Symbolizer::new(infos);
+    let read = |addr: u64| {
+        let mut word = [0u8; 8];
+        (dbt_core::guest_mem::read(addr, &mut word) == 8).then(|| u64::from_le_bytes(word))
+    };
+    let frame = Frame {
+        pc: rip,
+        sp: rsp,
+        fp: rbp,
+    };
+    for (k, &pc) in unwinder
+        .backtrace(frame, num_callers, &read)
+        .iter()
+        .enumerate()
+    {
+        // A caller's frame shows the byte before its return address, in the call, as
+        // Valgrind's stack traces do.
+        let pc = if k == 0 { pc } else { pc.wrapping_sub(1) };
+        let loc = symbols.lookup_fast(pc);
+        let name = loc.fn_name();
+        let place = match &loc.file {
+            Some(file) if loc.line != 0 => {
+                let base = file.rsplit('/').next().unwrap_or(file);
+                format!("({base}:{})", loc.line)
+            }
+            _ => format!("(in {})", loc.object_name()),
+        };
+        let word = if k == 0 { "at" } else { "by" };
+        crate::log::line(&format!("   {word} 0x{pc:X}: {name} {place}"));
+        if !show_below_main && (name == "main" || name == "(below main)") {
+            break;
+        }
+    }
+}
+
 /// Whether system call `nr` maps or unmaps memory (see [`Modules::mappings_changed`]).
 pub fn maps_memory(nr: u64) -> bool {
     [
