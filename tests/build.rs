@@ -38,6 +38,7 @@ const GUESTS: &[Guest] = &[
     g("dflag", "dflag.S", &["-nostdlib", "-static", "-no-pie"]),
     g("loops", "loops.S", &["-nostdlib", "-static", "-no-pie"]),
     g("memops", "memops.S", &["-nostdlib", "-static", "-no-pie"]),
+    g("evexops", "evexops.S", &["-nostdlib", "-static", "-no-pie"]),
     g(
         "cutshort",
         "cutshort.S",

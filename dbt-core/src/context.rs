@@ -155,7 +155,7 @@ pub struct ThreadContext {
     pub instr_scratch: [u64; 6],
     /// A vector register stored by the out-of-line address of an element-wise access, to
     /// read one element (`instrument::emit::element_address`).
-    pub lane_scratch: [u64; 4],
+    pub lane_scratch: [u64; 8],
     /// The guest rsp while a shared cache-scan routine runs on `scan_stack`
     /// (`instrument::emit::enter_shared_scan`).
     pub scan_saved_rsp: u64,

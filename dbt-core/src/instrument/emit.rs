@@ -3193,9 +3193,24 @@ fn element_address(
     let element = acc.lanes.zip(lane);
     if let Some((lanes, lane)) = element {
         let (w, i) = (i32::from(lanes.elem), i32::from(lane.index));
-        store_vector(a, lanes.mask)?;
         let enabled = a.new_dynamic_label();
-        dynasm!(a ; .arch x64 ; gs cmp BYTE [LANES + i * w + w - 1], 0 ; jl =>enabled);
+        if lanes.mask.is_k() {
+            // rax back to the guest's at once (`mov` leaves the flags alone).
+            encode(
+                a,
+                &Instruction::with2(Code::VEX_Kmovw_r32_kr, Register::EAX, lanes.mask)
+                    .map_err(|e| e.to_string())?,
+            )?;
+            dynasm!(a
+                ; .arch x64
+                ; bt eax, i as i8
+                ; gs mov rax, QWORD [IS0]
+                ; jc =>enabled
+            );
+        } else {
+            store_vector(a, lanes.mask)?;
+            dynasm!(a ; .arch x64 ; gs cmp BYTE [LANES + i * w + w - 1], 0 ; jl =>enabled);
+        }
         match lanes.masked_off {
             MaskedOff::Skipped => dynasm!(a ; .arch x64 ; jmp =>skip),
             MaskedOff::AtStackPointer => dynasm!(a ; .arch x64 ; mov rdx, rsp ; jmp =>done),
@@ -3280,10 +3295,18 @@ fn lane_operand(at: i32) -> MemoryOperand {
     )
 }
 
-/// Stores the guest's vector register `reg` (xmm or ymm) in `gs:[LANES]`.
+/// Stores the guest's vector register `reg` (xmm, ymm or zmm) in `gs:[LANES]`.
 fn store_vector(a: &mut Asm, reg: Register) -> Result<(), String> {
-    let code = if reg.is_ymm() {
+    // xmm16-31 and ymm16-31 only have EVEX encodings.
+    let high = reg.number() >= 16;
+    let code = if reg.is_zmm() {
+        Code::EVEX_Vmovdqu64_zmmm512_k1z_zmm
+    } else if reg.is_ymm() && high {
+        Code::EVEX_Vmovdqu64_ymmm256_k1z_ymm
+    } else if reg.is_ymm() {
         Code::VEX_Vmovdqu_ymmm256_ymm
+    } else if reg.is_xmm() && high {
+        Code::EVEX_Vmovdqu64_xmmm128_k1z_xmm
     } else if reg.is_xmm() {
         Code::VEX_Vmovdqu_xmmm128_xmm
     } else {

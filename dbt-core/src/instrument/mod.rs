@@ -82,8 +82,8 @@ pub struct Lanes {
     /// the vector register, `index_bytes` the width of its elements), else at the effective
     /// address plus `i * elem`.
     pub(crate) index: Option<(Register, u8)>,
-    /// The vector register whose element `i` (of `elem` bytes) enables element `i` by its
-    /// sign bit.
+    /// What enables element `i`: the sign bit of element `i` (of `elem` bytes) of a vector
+    /// register, or bit `i` of an opmask register (`k1`-`k7`).
     pub(crate) mask: Register,
     /// What a disabled element does.
     pub masked_off: MaskedOff,
@@ -586,9 +586,9 @@ fn no_data_access(code: Code) -> bool {
 }
 
 /// Fills in what a plain memory operand does not say: the address terms of `xlat` and of
-/// the bit instructions with a register offset, and the elements of AVX gathers (`vsib`:
-/// the index width; 0 for none) and masked moves. EVEX forms (AVX-512, with an opmask) stay
-/// one access at the operand's address.
+/// the bit instructions with a register offset, and the elements of gathers and scatters
+/// (`vsib`: the index width; 0 for none) and of AVX's masked moves. AVX-512's other masked
+/// accesses stay one access at the operand's address.
 fn element_wise(insn: &Instruction, acc: &mut MemAccess, vsib: u8) {
     use iced_x86::{EncodingKind, OpKind};
     let m = insn.mnemonic();
@@ -606,6 +606,41 @@ fn element_wise(insn: &Instruction, acc: &mut MemAccess, vsib: u8) {
     {
         acc.term = AddressTerm::BitOffset(insn.op1_register());
         acc.size = 1;
+        return;
+    }
+    if insn.encoding() == EncodingKind::EVEX {
+        // AVX-512's gathers and scatters: element i where the opmask's bit i is set.
+        let data = match m {
+            Mnemonic::Vgatherdps
+            | Mnemonic::Vgatherqps
+            | Mnemonic::Vgatherdpd
+            | Mnemonic::Vgatherqpd
+            | Mnemonic::Vpgatherdd
+            | Mnemonic::Vpgatherqd
+            | Mnemonic::Vpgatherdq
+            | Mnemonic::Vpgatherqq => insn.op0_register(),
+            Mnemonic::Vscatterdps
+            | Mnemonic::Vscatterqps
+            | Mnemonic::Vscatterdpd
+            | Mnemonic::Vscatterqpd
+            | Mnemonic::Vpscatterdd
+            | Mnemonic::Vpscatterqd
+            | Mnemonic::Vpscatterdq
+            | Mnemonic::Vpscatterqq => insn.op1_register(),
+            _ => return,
+        };
+        if vsib == 0 || acc.size == 0 {
+            return;
+        }
+        let (elem, index) = (acc.size, acc.index);
+        let count = (data.size() as u32 / elem).min(index.size() as u32 / u32::from(vsib));
+        acc.lanes = Some(Lanes {
+            count: count as u8,
+            elem: elem as u8,
+            index: Some((index, vsib)),
+            mask: insn.op_mask(),
+            masked_off: MaskedOff::Skipped,
+        });
         return;
     }
     if insn.encoding() != EncodingKind::VEX {

@@ -202,15 +202,19 @@ fn branch_rules_of_locked_and_rep_instructions() {
     assert_eq!(l, theirs, "per-line Ir Bc Bcm Bi Bim equal to Valgrind's");
 }
 
-/// The line of `tests/guests/memops.S` that the comment `/* name */` ends.
-fn memops_line(name: &str) -> u32 {
-    let src = include_str!("../../guests/memops.S");
+/// The line of guest source `src` that the comment `/* name */` ends.
+fn named_line(src: &str, name: &str) -> u32 {
     let tag = format!("/* {name} */");
     let n = src
         .lines()
         .position(|l| l.trim_end().ends_with(&tag))
-        .unwrap_or_else(|| panic!("no line {tag} in memops.S"));
+        .unwrap_or_else(|| panic!("no line {tag}"));
     n as u32 + 1
+}
+
+/// The line of `tests/guests/memops.S` that the comment `/* name */` ends.
+fn memops_line(name: &str) -> u32 {
+    named_line(include_str!("../../guests/memops.S"), name)
 }
 
 /// Data accesses whose address the operand alone does not give, counted and simulated where
@@ -296,6 +300,39 @@ fn run_time_addresses_and_elements_count_as_in_valgrind() {
     assert!(r.status.success(), "{}", r.describe());
     let theirs = lines(&std::fs::read_to_string(&vg_file).unwrap());
     assert_eq!(l, theirs, "per-line costs equal to Valgrind's");
+}
+
+/// AVX-512's gathers and scatters (`evexops.S`, which Valgrind cannot run): one access per
+/// element the opmask enables, counted as it runs (also with an index in ymm20).
+#[test]
+fn avx512_gathers_and_scatters_access_the_enabled_elements() {
+    if !std::arch::is_x86_feature_detected!("avx512f") {
+        println!("the CPU lacks AVX-512F: evexops not run");
+        return;
+    }
+    let opts = [
+        "--cache-sim=yes",
+        "--I1=32768,8,64",
+        "--D1=32768,8,64",
+        "--LL=8388608,16,64",
+    ];
+    let (o, text) = profile_cmd(&Cmd::guest("evexops"), "evexops.cg", &opts);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let l = lines(&text);
+    let src = include_str!("../../guests/evexops.S");
+    for (name, want) in [
+        ("gather 16", (16, 16, 0, 0)),
+        ("gather 8 of 16", (8, 8, 0, 0)),
+        ("scatter 8 of 16", (0, 0, 8, 8)),
+        ("gather 2 of 4", (2, 2, 0, 0)),
+    ] {
+        let c = &l[&named_line(src, name)];
+        assert_eq!(
+            (c[3], c[4], c[6], c[7]),
+            want,
+            "{name} (Dr D1mr Dw D1mw)\n{text}"
+        );
+    }
 }
 
 /// Runs `cmd` natively, then under both simulating tools with `--cache-sim=yes` and `extra`;
