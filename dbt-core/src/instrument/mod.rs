@@ -611,14 +611,7 @@ fn element_wise(insn: &Instruction, acc: &mut MemAccess, vsib: u8) {
     if insn.encoding() == EncodingKind::EVEX {
         // AVX-512's gathers and scatters: element i where the opmask's bit i is set.
         let data = match m {
-            Mnemonic::Vgatherdps
-            | Mnemonic::Vgatherqps
-            | Mnemonic::Vgatherdpd
-            | Mnemonic::Vgatherqpd
-            | Mnemonic::Vpgatherdd
-            | Mnemonic::Vpgatherqd
-            | Mnemonic::Vpgatherdq
-            | Mnemonic::Vpgatherqq => insn.op0_register(),
+            _ if is_gather(m) => insn.op0_register(),
             Mnemonic::Vscatterdps
             | Mnemonic::Vscatterqps
             | Mnemonic::Vscatterdpd
@@ -629,42 +622,16 @@ fn element_wise(insn: &Instruction, acc: &mut MemAccess, vsib: u8) {
             | Mnemonic::Vpscatterqq => insn.op1_register(),
             _ => return,
         };
-        if vsib == 0 || acc.size == 0 {
-            return;
-        }
-        let (elem, index) = (acc.size, acc.index);
-        let count = (data.size() as u32 / elem).min(index.size() as u32 / u32::from(vsib));
-        acc.lanes = Some(Lanes {
-            count: count as u8,
-            elem: elem as u8,
-            index: Some((index, vsib)),
-            mask: insn.op_mask(),
-            masked_off: MaskedOff::Skipped,
-        });
+        acc.lanes = gathered(acc, vsib, data, (insn.op_mask(), MaskedOff::Skipped));
         return;
     }
     if insn.encoding() != EncodingKind::VEX {
         return;
     }
     let (elem, mask, vector) = match m {
-        Mnemonic::Vgatherdps
-        | Mnemonic::Vgatherqps
-        | Mnemonic::Vgatherdpd
-        | Mnemonic::Vgatherqpd
-        | Mnemonic::Vpgatherdd
-        | Mnemonic::Vpgatherqd
-        | Mnemonic::Vpgatherdq
-        | Mnemonic::Vpgatherqq => {
-            let elem = acc.size;
-            let (dest, index) = (insn.op0_register(), acc.index);
-            let count = (dest.size() as u32 / elem).min(index.size() as u32 / u32::from(vsib));
-            acc.lanes = Some(Lanes {
-                count: count as u8,
-                elem: elem as u8,
-                index: Some((index, vsib)),
-                mask: insn.op2_register(),
-                masked_off: MaskedOff::AtStackPointer,
-            });
+        _ if is_gather(m) => {
+            let mask = (insn.op2_register(), MaskedOff::AtStackPointer);
+            acc.lanes = gathered(acc, vsib, insn.op0_register(), mask);
             return;
         }
         Mnemonic::Vmaskmovps | Mnemonic::Vpmaskmovd => (4, insn.op1_register(), acc.size),
@@ -678,6 +645,43 @@ fn element_wise(insn: &Instruction, acc: &mut MemAccess, vsib: u8) {
         mask,
         masked_off: MaskedOff::Skipped,
     });
+}
+
+/// AVX2's and AVX-512's gathers.
+fn is_gather(m: Mnemonic) -> bool {
+    matches!(
+        m,
+        Mnemonic::Vgatherdps
+            | Mnemonic::Vgatherqps
+            | Mnemonic::Vgatherdpd
+            | Mnemonic::Vgatherqpd
+            | Mnemonic::Vpgatherdd
+            | Mnemonic::Vpgatherqd
+            | Mnemonic::Vpgatherdq
+            | Mnemonic::Vpgatherqq
+    )
+}
+
+/// The elements of a gather or scatter `acc` (`vsib`: its index width) to or from vector
+/// register `data`: as many as both `data` and the index register hold.
+fn gathered(
+    acc: &MemAccess,
+    vsib: u8,
+    data: Register,
+    (mask, masked_off): (Register, MaskedOff),
+) -> Option<Lanes> {
+    let (elem, index) = (acc.size, acc.index);
+    if vsib == 0 || elem == 0 {
+        return None;
+    }
+    let count = (data.size() as u32 / elem).min(index.size() as u32 / u32::from(vsib));
+    Some(Lanes {
+        count: count as u8,
+        elem: elem as u8,
+        index: Some((index, vsib)),
+        mask,
+        masked_off,
+    })
 }
 
 /// Builds the tool's view of a decoded block.

@@ -202,6 +202,14 @@ fn branch_rules_of_locked_and_rep_instructions() {
     assert_eq!(l, theirs, "per-line Ir Bc Bcm Bi Bim equal to Valgrind's");
 }
 
+/// Cache simulation with the issue's geometry (not the host's), for exact counts.
+const SIMULATED_GEOMETRY: [&str; 4] = [
+    "--cache-sim=yes",
+    "--I1=32768,8,64",
+    "--D1=32768,8,64",
+    "--LL=8388608,16,64",
+];
+
 /// The line of guest source `src` that the comment `/* name */` ends.
 fn named_line(src: &str, name: &str) -> u32 {
     let tag = format!("/* {name} */");
@@ -231,12 +239,7 @@ fn run_time_addresses_and_elements_count_as_in_valgrind() {
         println!("the CPU lacks AVX2 or FMA: memops not run");
         return;
     }
-    let opts = [
-        "--cache-sim=yes",
-        "--I1=32768,8,64",
-        "--D1=32768,8,64",
-        "--LL=8388608,16,64",
-    ];
+    let opts = SIMULATED_GEOMETRY;
     let (o, text) = profile_cmd(&Cmd::guest("memops"), "memops.cg", &opts);
     assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
     let l = lines(&text);
@@ -310,12 +313,7 @@ fn avx512_gathers_and_scatters_access_the_enabled_elements() {
         println!("the CPU lacks AVX-512F: evexops not run");
         return;
     }
-    let opts = [
-        "--cache-sim=yes",
-        "--I1=32768,8,64",
-        "--D1=32768,8,64",
-        "--LL=8388608,16,64",
-    ];
+    let opts = SIMULATED_GEOMETRY;
     let (o, text) = profile_cmd(&Cmd::guest("evexops"), "evexops.cg", &opts);
     assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
     let l = lines(&text);
