@@ -1115,9 +1115,7 @@ impl Plan {
         let DataRegs { l, w, saved } = regs;
         let entry = a.new_dynamic_label();
         let back = a.new_dynamic_label();
-        // An address with a run-time term or an element's is computed out of line, where
-        // the flags are free: no inline check.
-        let out_of_line = dref.lane.is_some() || acc.term != AddressTerm::None;
+        let out_of_line = computed_out_of_line(&acc, dref.lane);
         self.slow.push(Slow {
             entry,
             back,
@@ -3131,7 +3129,7 @@ fn data_slow(
     }
     dynasm!(a ; .arch x64 ; gs mov QWORD [IS2], rdx);
     // Such an address had no inline check of the most recently used way.
-    let out_of_line = lane.is_some() || acc.term != AddressTerm::None;
+    let out_of_line = computed_out_of_line(acc, lane);
     if out_of_line {
         element_address(a, (acc, offset, lane), ret)?;
     } else {
@@ -3177,6 +3175,12 @@ fn data_slow(
     dynasm!(a ; .arch x64 ; =>ret);
     restore_to(a, true, back);
     Ok(())
+}
+
+/// Whether the address of a data check is computed only out of line, where the flags are
+/// free (no inline check then): one with a run-time term or an element's.
+fn computed_out_of_line(acc: &MemAccess, lane: Option<LaneRef>) -> bool {
+    lane.is_some() || acc.term != AddressTerm::None
 }
 
 /// `rdx` = the address of an access with a run-time term or of one element of an
@@ -3261,14 +3265,15 @@ fn element_address(
     if let Some(((index, index_bytes), i, scale)) = gather {
         store_vector(a, index)?;
         let at = LANES + i32::from(i) * i32::from(index_bytes);
-        let (code, mem) = if index_bytes == 4 {
-            (Code::Movsxd_r64_rm32, lane_operand(at))
+        let code = if index_bytes == 4 {
+            Code::Movsxd_r64_rm32
         } else {
-            (Code::Mov_r64_rm64, lane_operand(at))
+            Code::Mov_r64_rm64
         };
         encode(
             a,
-            &Instruction::with2(code, Register::RAX, mem).map_err(|e| e.to_string())?,
+            &Instruction::with2(code, Register::RAX, lane_operand(at))
+                .map_err(|e| e.to_string())?,
         )?;
         if scale > 1 {
             dynasm!(a ; .arch x64 ; shl rax, scale.trailing_zeros() as i8);
