@@ -1,5 +1,7 @@
 /* memops: one instruction per line for data accesses whose addresses the operand alone does
- * not give, and for the SIMD loads VEX splits into elements. Needs AVX2 and FMA. No libc.
+ * not give, for the SIMD loads VEX splits into elements, and for the bit instructions on
+ * registers, which VEX does through a stack slot 288 bytes below rsp. Needs AVX2 and FMA.
+ * No libc.
  * Each access of interest touches a line nothing touched before (a D1 miss), and where the
  * address is the point, the next line reads the same line again (a hit only if the access
  * before it went to the right place). Every result is stored or left in a register of its
@@ -58,6 +60,15 @@ _start:
         vmovdqu %ymm5, (%rsi)
         lea     buf+65536(%rip), %rdi
         maskmovdqu %xmm2, %xmm1                 /* maskmovdqu */
+        mov     $45, %rax
+        mov     $0x123456789, %rcx
+        bt      %rax, %rcx                      /* bt reg */
+        setc    %r11b
+        bts     %rax, %rcx                      /* bts reg */
+        mov     $35, %edx
+        btr     %edx, %ecx                      /* btr reg32 */
+        btc     %dx, %cx                        /* btc reg16 */
+        mov     %rcx, (%rsi)
         jmp     1f
 1:      mov     $60, %eax
         xor     %edi, %edi

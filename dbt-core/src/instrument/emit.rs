@@ -3238,7 +3238,7 @@ fn element_address(
         AddressTerm::ZeroExtendedAl => {
             dynasm!(a ; .arch x64 ; movzx eax, al ; add rdx, rax);
         }
-        AddressTerm::BitOffset(r) => {
+        AddressTerm::BitOffset(r) | AddressTerm::MaskedBitOffset(r) => {
             let bytes = r.size();
             let src = if r.full_register() == Register::RDX {
                 dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS2]);
@@ -3259,6 +3259,9 @@ fn element_address(
                 a,
                 &Instruction::with2(code, Register::RAX, src).map_err(|e| e.to_string())?,
             )?;
+            if matches!(acc.term, AddressTerm::MaskedBitOffset(_)) {
+                dynasm!(a ; .arch x64 ; and rax, (bytes * 8 - 1) as i32);
+            }
             dynasm!(a ; .arch x64 ; sar rax, 3 ; add rdx, rax);
         }
     }

@@ -70,6 +70,9 @@ pub(crate) enum AddressTerm {
     /// `bt`/`bts`/`btr`/`btc` with a register bit offset on memory: the signed offset
     /// divided by 8 (rounded down), the byte that holds the bit, as VEX reads it.
     BitOffset(Register),
+    /// The same on a register spilled to the stack ([`vex_bit_spill`]): the offset taken
+    /// modulo the register's bits, then divided by 8.
+    MaskedBitOffset(Register),
 }
 
 /// The elements of an element-wise access.
@@ -647,6 +650,53 @@ fn element_wise(insn: &Instruction, acc: &mut MemAccess, vsib: u8) {
     });
 }
 
+/// The accesses VEX makes for `bt`/`bts`/`btr`/`btc` on a register with a register bit
+/// offset (`dis_bt_G_E`): it stores the register 288 bytes below rsp (past the red zone),
+/// tests (and for the others sets, clears or flips) the bit in memory, a byte, and loads the
+/// register back unless it only tested. Cachegrind and Callgrind count and simulate them.
+fn vex_bit_spill(insn: &Instruction) -> Vec<MemAccess> {
+    use iced_x86::OpKind;
+    let m = insn.mnemonic();
+    if !matches!(
+        m,
+        Mnemonic::Bt | Mnemonic::Bts | Mnemonic::Btr | Mnemonic::Btc
+    ) || insn.op0_kind() != OpKind::Register
+        || insn.op1_kind() != OpKind::Register
+    {
+        return Vec::new();
+    }
+    let spill = MemAccess {
+        kind: AccessKind::Write,
+        size: insn.op0_register().size() as u32,
+        lanes: None,
+        seg: Register::None,
+        base: Register::RSP,
+        index: Register::None,
+        scale: 1,
+        displ: (-288i64) as u64,
+        term: AddressTerm::None,
+    };
+    let bit = MemAccess {
+        kind: if m == Mnemonic::Bt {
+            AccessKind::Read
+        } else {
+            AccessKind::Modify
+        },
+        size: 1,
+        term: AddressTerm::MaskedBitOffset(insn.op1_register()),
+        ..spill
+    };
+    let reload = MemAccess {
+        kind: AccessKind::Read,
+        ..spill
+    };
+    if m == Mnemonic::Bt {
+        vec![spill, bit]
+    } else {
+        vec![spill, bit, reload]
+    }
+}
+
 /// AVX2's and AVX-512's gathers.
 fn is_gather(m: Mnemonic) -> bool {
     matches!(
@@ -719,6 +769,7 @@ pub(crate) fn block_view<'a>(
                     element_wise(insn, &mut acc, m.vsib_size() as u8);
                     accesses.push(acc);
                 }
+                accesses.extend(vex_bit_spill(insn));
             }
             let rep = if insn.is_string_instruction() {
                 if matches!(
