@@ -1,6 +1,7 @@
 /* memops: one instruction per line for data accesses whose addresses the operand alone does
  * not give, for the SIMD loads VEX splits into elements, and for the bit instructions on
- * registers, which VEX does through a stack slot 288 bytes below rsp. Needs AVX2 and FMA.
+ * registers, which VEX does through a stack slot 288 bytes below rsp, and xsave/xrstor,
+ * whose x87 part depends on the mask in eax (glibc's 0xee leaves it out). Needs AVX2 and FMA.
  * No libc.
  * Each access of interest touches a line nothing touched before (a D1 miss), and where the
  * address is the point, the next line reads the same line again (a hit only if the access
@@ -60,6 +61,14 @@ _start:
         vmovdqu %ymm5, (%rsi)
         lea     buf+65536(%rip), %rdi
         maskmovdqu %xmm2, %xmm1                 /* maskmovdqu */
+        lea     xarea(%rip), %rbx
+        mov     $0xee, %eax
+        xor     %edx, %edx
+        xsave   (%rbx)                          /* xsave 0xee */
+        xrstor  (%rbx)                          /* xrstor 0xee */
+        mov     $7, %eax
+        xsave   (%rbx)                          /* xsave 7 */
+        xrstor  (%rbx)                          /* xrstor 7 */
         mov     $45, %rax
         mov     $0x123456789, %rcx
         bt      %rax, %rcx                      /* bt reg */
@@ -94,5 +103,6 @@ table:  .fill   200, 1, 0
         .bss
         .balign 4096
 out:    .skip   4096
+xarea:  .skip   4096
 buf:    .skip   131072
         .section .note.GNU-stack,"",@progbits

@@ -3198,7 +3198,16 @@ fn element_address(
     if let Some((lanes, lane)) = element {
         let (w, i) = (i32::from(lanes.elem), i32::from(lane.index));
         let enabled = a.new_dynamic_label();
-        if lanes.mask.is_k() {
+        if lanes.mask.is_gpr() {
+            // The guest's own register, in its place here.
+            let reg = lanes.mask.full_register32();
+            encode(
+                a,
+                &Instruction::with2(Code::Bt_rm32_imm8, reg, i as u32)
+                    .map_err(|e| e.to_string())?,
+            )?;
+            dynasm!(a ; .arch x64 ; jc =>enabled);
+        } else if lanes.mask.is_k() {
             // rax back to the guest's at once (`mov` leaves the flags alone).
             encode(
                 a,

@@ -75,7 +75,8 @@ pub(crate) enum AddressTerm {
     MaskedBitOffset(Register),
 }
 
-/// The elements of an element-wise access.
+/// The elements of an element-wise access (for `xsave`/`xrstor`, only the x87 state is one;
+/// the tool places it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lanes {
     pub count: u8,
@@ -86,7 +87,7 @@ pub struct Lanes {
     /// address plus `i * elem`.
     pub(crate) index: Option<(Register, u8)>,
     /// What enables element `i`: the sign bit of element `i` (of `elem` bytes) of a vector
-    /// register, or bit `i` of an opmask register (`k1`-`k7`).
+    /// register, or bit `i` of an opmask register (`k1`-`k7`) or of a general register.
     pub(crate) mask: Register,
     /// What a disabled element does.
     pub masked_off: MaskedOff,
@@ -609,6 +610,28 @@ fn element_wise(insn: &Instruction, acc: &mut MemAccess, vsib: u8) {
     {
         acc.term = AddressTerm::BitOffset(insn.op1_register());
         acc.size = 1;
+        return;
+    }
+    if matches!(
+        m,
+        Mnemonic::Xsave
+            | Mnemonic::Xsave64
+            | Mnemonic::Xsavec
+            | Mnemonic::Xsavec64
+            | Mnemonic::Xsaveopt
+            | Mnemonic::Xsaveopt64
+            | Mnemonic::Xrstor
+            | Mnemonic::Xrstor64
+    ) {
+        // The x87 state, the area's first element: only when eax (the requested-feature
+        // mask's low half) asks for it, as VEX does; glibc's lazy-binding trampoline does not.
+        acc.lanes = Some(Lanes {
+            count: 1,
+            elem: 0,
+            index: None,
+            mask: Register::EAX,
+            masked_off: MaskedOff::Skipped,
+        });
         return;
     }
     if insn.encoding() == EncodingKind::EVEX {

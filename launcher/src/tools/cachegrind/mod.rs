@@ -508,13 +508,26 @@ pub(crate) fn data_refs(
     let one = |offset: i32, size: u64, write: bool| (DataRef::at(k, offset, clamp(size)), write);
     let m = v.insn.mnemonic();
     let state = |write: bool, ymm: bool| {
-        // x87 block (clamped), MXCSR, 16 XMM registers, then for XSAVE the YMM upper halves
-        // and the XSTATE_BV read-modify-write.
-        let mut r = vec![one(0, 160, write), one(24, 4, write)];
+        // XRSTOR first reads the header's three words (XSTATE_BV, XCOMP_BV and the reserved
+        // one VEX checks), then the x87 block (clamped; for XSAVE and XRSTOR only when eax
+        // asks for it: element 0 of the access), MXCSR, 16 XMM registers, then for XSAVE the
+        // YMM upper halves and the XSTATE_BV read-modify-write.
+        let mut r = Vec::new();
+        if ymm && !write {
+            r.extend((0..3).map(|i| one(512 + 8 * i, 8, false)));
+        }
+        let x87 = one(0, 160, write);
+        r.push(match a.lanes {
+            Some(lanes) => (lanes.element(k, 0, x87.0.size, std::ptr::null_mut()), write),
+            None => x87,
+        });
+        r.push(one(24, 4, write));
         r.extend((0..16).map(|i| one(160 + 16 * i, 16, write)));
         if ymm {
-            // XSAVE updates XSTATE_BV (a modify: Callgrind counts it as a write).
-            r.push(one(512, 8, callgrind && write));
+            if write {
+                // XSAVE updates XSTATE_BV (a modify: Callgrind counts it as a write).
+                r.push(one(512, 8, callgrind));
+            }
             r.extend((0..16).map(|i| one(576 + 16 * i, 16, write)));
         }
         r
