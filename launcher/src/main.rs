@@ -46,8 +46,8 @@ fn main() {
     }
     let settings = match parsed {
         Ok(Command::Run(s)) => s,
-        Ok(Command::Help) => {
-            print!("{}", cli::usage());
+        Ok(Command::Help(tool)) => {
+            print!("{}", cli::usage(tool.as_deref()));
             return;
         }
         Ok(Command::Version) => {

@@ -53,7 +53,8 @@ impl Settings {
 #[derive(Debug)]
 pub enum Command {
     Run(Settings),
-    Help,
+    /// With the tool named before `--help`, if any.
+    Help(Option<String>),
     Version,
 }
 
@@ -217,7 +218,8 @@ const OPTIONS: &[Opt] = &[
     },
 ];
 
-pub fn usage() -> String {
+/// `--help`: the core options, then those of `tool` (Valgrind's layout).
+pub fn usage(tool: Option<&str>) -> String {
     let mut s = String::from(
         "usage: rgrind [options] prog-and-args\n       rgrind annotate|diff|merge ...\n\n  options:\n    -h --help                 show this message\n    --version                 show version\n",
     );
@@ -228,6 +230,15 @@ pub fn usage() -> String {
             Kind::Str => format!("{}=<value>", o.name),
         };
         s.push_str(&format!("    {form:<26}{}\n", o.help));
+    }
+    let tool_help = match tool {
+        Some("cachegrind") => Some(crate::tools::cachegrind::options::HELP),
+        Some("callgrind") => Some(crate::tools::callgrind::options::HELP),
+        _ => None,
+    };
+    if let Some(help) = tool_help {
+        s.push('\n');
+        s.push_str(help);
     }
     s.push_str(
         "\n  Options are also read, before these, from ~/.valgrindrc, $VALGRIND_OPTS and\n  \
@@ -393,7 +404,7 @@ pub fn parse(defaults: &[OsString], args: &[OsString]) -> Result<Command, CliErr
             continue;
         }
         match arg.as_str() {
-            "-h" | "--help" | "--help-debug" => return Ok(Command::Help),
+            "-h" | "--help" | "--help-debug" => return Ok(Command::Help(tool_given.clone())),
             "--version" => return Ok(Command::Version),
             _ => {}
         }

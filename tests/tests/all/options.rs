@@ -70,6 +70,33 @@ fn help_and_version() {
     let o = rgrind_with(&["--help"]);
     assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
     assert!(o.stdout_str().contains("--tool"), "{}", o.describe());
+    assert!(
+        !o.stdout_str().contains("user options for"),
+        "{}",
+        o.describe()
+    );
+    // With a tool, its own options follow the core's, as Valgrind lists them.
+    for (tool, section, option) in [
+        (
+            "cachegrind",
+            "user options for Cachegrind:",
+            "--cache-sim=yes|no",
+        ),
+        (
+            "callgrind",
+            "user options for Callgrind:",
+            "--dump-instr=no|yes",
+        ),
+    ] {
+        let o = rgrind_with(&[&format!("--tool={tool}"), "--help"]);
+        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+        let out = o.stdout_str();
+        assert!(
+            out.contains(section) && out.contains(option) && out.contains("--tool"),
+            "{}",
+            o.describe()
+        );
+    }
     let o = rgrind_with(&["--version"]);
     assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
     assert!(!o.stdout_str().trim().is_empty(), "{}", o.describe());

@@ -3,6 +3,17 @@
 use cachesim::{CacheGeometry, CacheLevel, CacheOverrides};
 use dumper::OutFileTemplate;
 
+/// The `--help` section of this tool's options (Valgrind's, with rgrind's defaults).
+pub const HELP: &str = "  user options for Cachegrind:
+    --I1=<size>,<assoc>,<line_size>  set I1 cache manually
+    --D1=<size>,<assoc>,<line_size>  set D1 cache manually
+    --LL=<size>,<assoc>,<line_size>  set LL cache manually
+    --cache-sim=yes|no               collect cache stats? [no]
+    --branch-sim=yes|no              collect branch prediction stats? [no]
+    --cachegrind-out-file=<file>     output file name [cachegrind.out.%p]
+    --instr-at-start=yes|no          instrument from the start? [yes]
+";
+
 /// Option names this tool accepts.
 pub const OPTION_NAMES: &[&str] = &[
     "--cache-sim",

@@ -6,6 +6,54 @@
 use cachesim::{CacheGeometry, CacheLevel, CacheOverrides};
 use dumper::OutFileTemplate;
 
+/// The `--help` section of this tool's options (Valgrind's, with what rgrind does not do).
+pub const HELP: &str = "  user options for Callgrind:
+
+   dump creation options:
+    --callgrind-out-file=<f>  Output file name [callgrind.out.%p]
+    --dump-line=no|yes        Dump source lines of costs? [yes]
+    --dump-instr=no|yes       Dump instruction address of costs? [no]
+    --compress-strings=no|yes Compress strings in profile dump? [yes]
+    --compress-pos=no|yes     Compress positions in profile dump? [yes]
+    --combine-dumps=no|yes    Concat all dumps into same file [no]
+
+   activity options:
+    --dump-every-bb=<count>   Dump every <count> basic blocks [0=never]
+    --dump-before=<func>      Dump when entering function
+    --zero-before=<func>      Zero all costs when entering function
+    --dump-after=<func>       Dump when leaving function
+
+   data collection options:
+    --instr-atstart=no|yes    Do instrumentation at callgrind start [yes]
+    --collect-atstart=no|yes  Collect at process/thread start [yes]
+    --toggle-collect=<func>   Toggle collection on enter/leave function
+    --collect-jumps=no|yes    Collect jumps? [no]
+    --collect-bus=no          Collect global bus events? (yes: not implemented) [no]
+    --collect-systime=no|yes|msec|usec|nsec  Collect system call time info? [no]
+
+   cost entity separation options:
+    --separate-threads=no|yes Separate data per thread [no]
+    --separate-callers=<n>    Separate functions by call chain length [0]
+    --separate-callers<n>=<f> Separate <n> callers for function <f>
+    --separate-recs=<n>       Separate function recursions up to level [2]
+    --separate-recs<n>=<f>    Separate <n> recursions for function <f>
+    --skip-plt=no|yes         Ignore calls to/from PLT sections? [yes]
+    --skip-direct-rec=no|yes  Ignore direct recursions? [yes]
+    --fn-skip=<function>      Ignore calls to/from function?
+
+   simulation options:
+    --branch-sim=no|yes       Do branch prediction simulation [no]
+    --cache-sim=no|yes        Do cache simulation [no]
+
+   cache simulator options (does cache simulation if used):
+    --simulate-wb=no          Count write-back events (yes: not implemented) [no]
+    --simulate-hwpref=no      Simulate hardware prefetch (yes: not implemented) [no]
+    --cacheuse=no             Collect cache block use (yes: not implemented) [no]
+    --I1=<size>,<assoc>,<line_size>  set I1 cache manually
+    --D1=<size>,<assoc>,<line_size>  set D1 cache manually
+    --LL=<size>,<assoc>,<line_size>  set LL cache manually
+";
+
 /// Option names this tool accepts exactly.
 pub const OPTION_NAMES: &[&str] = &[
     "--callgrind-out-file",
