@@ -40,6 +40,11 @@ const GUESTS: &[Guest] = &[
     g("memops", "memops.S", &["-nostdlib", "-static", "-no-pie"]),
     g("evexops", "evexops.S", &["-nostdlib", "-static", "-no-pie"]),
     g(
+        "samelines",
+        "samelines.S",
+        &["-nostdlib", "-static", "-no-pie"],
+    ),
+    g(
         "cutshort",
         "cutshort.S",
         &["-nostdlib", "-static", "-no-pie"],

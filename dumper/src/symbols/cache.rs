@@ -15,7 +15,7 @@ use super::elf::{Row, SectionKind, Sym};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-const MAGIC: &[u8; 8] = b"RGSYMv01";
+const MAGIC: &[u8; 8] = b"RGSYMv03";
 
 /// The cached part of a module's tables.
 pub(crate) struct Cached {

@@ -507,6 +507,23 @@ fn read_lines(
             let line = row
                 .line()
                 .map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
+            // Valgrind's `addLoc` extends the range before instead of adding one that
+            // follows it on the same line number, whatever the file (a header's code inlined
+            // on a line of the same number keeps the file before it), also over the end of
+            // a sequence that ends where this one starts.
+            match rows.as_slice() {
+                [.., prev] if prev.file != NO_FILE && prev.line == line => continue,
+                [.., prev, end]
+                    if end.file == NO_FILE
+                        && end.addr == row.address()
+                        && prev.file != NO_FILE
+                        && prev.line == line =>
+                {
+                    rows.pop();
+                    continue;
+                }
+                _ => {}
+            }
             rows.push(Row {
                 addr: row.address(),
                 file: fid,

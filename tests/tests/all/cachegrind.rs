@@ -106,6 +106,51 @@ fn self_loops_count_every_iteration() {
     }
 }
 
+/// Ir per (file name, line) of a profile.
+fn file_lines(text: &str) -> BTreeMap<(String, u32), u64> {
+    let mut file = String::new();
+    let mut out = BTreeMap::new();
+    for l in text.lines() {
+        if let Some(f) = l.strip_prefix("fl=") {
+            file = f.rsplit('/').next().unwrap_or(f).to_string();
+        } else if l.starts_with(|c: char| c.is_ascii_digit()) {
+            let mut it = l.split(' ').map(|x| x.parse::<u64>().unwrap());
+            let line = it.next().unwrap() as u32;
+            *out.entry((file.clone(), line)).or_insert(0) += it.next().unwrap();
+        }
+    }
+    out
+}
+
+/// Consecutive line ranges with one line number are one range, in the first one's file, as
+/// Valgrind's reader stores them (`samelines.S`).
+#[test]
+fn ranges_on_one_line_number_keep_the_first_file_as_in_valgrind() {
+    let (o, text) = profile_cmd(&Cmd::guest("samelines"), "samelines.cg", &[]);
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let mine = file_lines(&text);
+    let want: BTreeMap<(String, u32), u64> =
+        [(("one.c", 50), 3), (("two.h", 51), 2), (("one.c", 52), 3)]
+            .into_iter()
+            .map(|((f, l), n)| ((f.to_string(), l), n))
+            .collect();
+    assert_eq!(mine, want, "{text}");
+    let Some(vg) = valgrind() else {
+        println!("valgrind is not installed: not compared");
+        return;
+    };
+    let out = scratch_dir().join("samelines.vg.cg");
+    let file_opt = format!("--cachegrind-out-file={}", out.display());
+    let v = run_valgrind(
+        &vg,
+        &["--tool=cachegrind", "--cache-sim=no", &file_opt],
+        &Cmd::guest("samelines"),
+    );
+    assert!(v.status.success(), "{}", v.describe());
+    let theirs = file_lines(&std::fs::read_to_string(&out).unwrap());
+    assert_eq!(mine, theirs, "per file and line equal to Valgrind's");
+}
+
 /// A block cut short by a fault before its counter was bumped (`cutshort.S`): the
 /// instructions up to the faulting one count once, the rest not at all.
 #[test]
