@@ -5,7 +5,8 @@
 //! resolved with Valgrind's `preferName` rule. Like Valgrind, version suffixes are not taken
 //! from `.gnu.version`: a name such as `__libc_start_main@@GLIBC_2.34` is a literal `.symtab`
 //! name (made by `.symver`). Line rows come from the DWARF line programs,
-//! with file names built as Valgrind builds them (`dir/name`, no normalisation).
+//! with file names built as Valgrind builds them (`dir/name`, no normalisation), a row on the
+//! line number of the range before it merged into that range as Valgrind's `addLoc` does.
 //!
 //! # Invariants
 //! * `syms` is sorted by `start` with unique starts; every symbol has `size > 0`.
