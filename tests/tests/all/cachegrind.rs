@@ -24,6 +24,27 @@ fn profile_cmd(cmd: &Cmd, name: &str, opts: &[&str]) -> (rgrind_tests::Outcome, 
     (o, text)
 }
 
+/// Runs `cmd` under Valgrind's Cachegrind with `opts`; its outcome and profile text, or
+/// `None` (saying so) without Valgrind.
+fn valgrind_cachegrind(
+    cmd: &Cmd,
+    name: &str,
+    opts: &[&str],
+) -> Option<(rgrind_tests::Outcome, String)> {
+    let Some(vg) = valgrind() else {
+        println!("valgrind is not installed: not compared");
+        return None;
+    };
+    let out = scratch_dir().join(name);
+    let file_opt = format!("--cachegrind-out-file={}", out.display());
+    let mut all = vec!["--tool=cachegrind", file_opt.as_str()];
+    all.extend_from_slice(opts);
+    let o = run_valgrind(&vg, &all, cmd);
+    let text = std::fs::read_to_string(&out)
+        .unwrap_or_else(|e| panic!("no profile at {}: {e}\n{}", out.display(), o.describe()));
+    Some((o, text))
+}
+
 /// Cost lines of a profile: source line -> counts.
 fn lines(text: &str) -> BTreeMap<u32, Vec<u64>> {
     text.lines()
@@ -83,18 +104,8 @@ fn self_loops_count_every_iteration() {
     assert_eq!([ir(14), ir(15), ir(16)], [45; 3], "{text}");
 
     // Valgrind (without its speculative chase over-count) agrees on the unrolled loop.
-    if let Some(vg) = valgrind() {
-        let out = scratch_dir().join("loops-vg.cg");
-        let file_opt = format!("--cachegrind-out-file={}", out.display());
-        let opts = [
-            "--tool=cachegrind",
-            "--cache-sim=no",
-            "--vex-guest-chase=no",
-            &file_opt,
-        ];
-        let v = run_valgrind(&vg, &opts, &Cmd::guest("loops"));
-        let vtext =
-            std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{e}\n{}", v.describe()));
+    let opts = ["--cache-sim=no", "--vex-guest-chase=no"];
+    if let Some((_, vtext)) = valgrind_cachegrind(&Cmd::guest("loops"), "loops-vg.cg", &opts) {
         let vl = lines(&vtext);
         for line in [13, 14, 15, 16, 17, 18, 19] {
             assert_eq!(
@@ -135,19 +146,12 @@ fn ranges_on_one_line_number_keep_the_first_file_as_in_valgrind() {
             .map(|((f, l), n)| ((f.to_string(), l), n))
             .collect();
     assert_eq!(mine, want, "{text}");
-    let Some(vg) = valgrind() else {
-        println!("valgrind is not installed: not compared");
+    let cmd = Cmd::guest("samelines");
+    let Some((v, vtext)) = valgrind_cachegrind(&cmd, "samelines.vg.cg", &["--cache-sim=no"]) else {
         return;
     };
-    let out = scratch_dir().join("samelines.vg.cg");
-    let file_opt = format!("--cachegrind-out-file={}", out.display());
-    let v = run_valgrind(
-        &vg,
-        &["--tool=cachegrind", "--cache-sim=no", &file_opt],
-        &Cmd::guest("samelines"),
-    );
     assert!(v.status.success(), "{}", v.describe());
-    let theirs = file_lines(&std::fs::read_to_string(&out).unwrap());
+    let theirs = file_lines(&vtext);
     assert_eq!(mine, theirs, "per file and line equal to Valgrind's");
 }
 
@@ -225,25 +229,13 @@ fn branch_rules_of_locked_and_rep_instructions() {
         (2, 4),
         "repe cmpsb: two entries, two repeat tests\n{text}"
     );
-    let Some(vg) = valgrind() else {
-        println!("valgrind is not installed: mispredictions not compared");
+    let opts = ["--cache-sim=no", "--branch-sim=yes", "--vex-guest-chase=no"];
+    let cmd = guest_case("branchy").cmd();
+    let Some((r, vtext)) = valgrind_cachegrind(&cmd, "branchy.vg.cg", &opts) else {
         return;
     };
-    let vg_file = scratch_dir().join("branchy.vg.cg");
-    let opt = format!("--cachegrind-out-file={}", vg_file.display());
-    let r = run_valgrind(
-        &vg,
-        &[
-            "--tool=cachegrind",
-            "--cache-sim=no",
-            "--branch-sim=yes",
-            "--vex-guest-chase=no",
-            &opt,
-        ],
-        &guest_case("branchy").cmd(),
-    );
     assert!(r.status.success(), "{}", r.describe());
-    let theirs = lines(&std::fs::read_to_string(&vg_file).unwrap());
+    let theirs = lines(&vtext);
     assert_eq!(l, theirs, "per-line Ir Bc Bcm Bi Bim equal to Valgrind's");
 }
 
@@ -344,21 +336,14 @@ fn run_time_addresses_and_elements_count_as_in_valgrind() {
     assert_eq!(dr_d1mr("xlat+200"), (1, 1), "{xtext}");
     assert_eq!(dr_d1mr("after xlat+200"), (1, 0), "{xtext}");
 
-    let Some(vg) = valgrind() else {
-        println!("valgrind is not installed: not compared");
+    let mut vg_opts = vec!["--vex-guest-chase=no"];
+    vg_opts.extend_from_slice(&opts);
+    let Some((r, vtext)) = valgrind_cachegrind(&Cmd::guest("memops"), "memops.vg.cg", &vg_opts)
+    else {
         return;
     };
-    let vg_file = scratch_dir().join("memops.vg.cg");
-    let file_opt = format!("--cachegrind-out-file={}", vg_file.display());
-    let mut vg_opts = vec![
-        "--tool=cachegrind",
-        "--vex-guest-chase=no",
-        file_opt.as_str(),
-    ];
-    vg_opts.extend_from_slice(&opts);
-    let r = run_valgrind(&vg, &vg_opts, &Cmd::guest("memops"));
     assert!(r.status.success(), "{}", r.describe());
-    let theirs = lines(&std::fs::read_to_string(&vg_file).unwrap());
+    let theirs = lines(&vtext);
     assert_eq!(l, theirs, "per-line costs equal to Valgrind's");
 }
 
@@ -504,12 +489,9 @@ fn library_with_program_headers_at_its_end_is_symbolised() {
     assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
     let mine = far_work_ir(&text);
     assert!(mine > 300_000, "far_work: {mine} Ir\n{text}");
-    if let Some(vg) = valgrind() {
-        let out = scratch_dir().join("farphdr.vg");
-        let file = format!("--cachegrind-out-file={}", out.display());
-        let v = run_valgrind(&vg, &["--tool=cachegrind", "--cache-sim=no", &file], &cmd);
+    if let Some((v, vtext)) = valgrind_cachegrind(&cmd, "farphdr.vg", &["--cache-sim=no"]) {
         assert_eq!(v.stdout_str(), o.stdout_str());
-        let theirs = far_work_ir(&std::fs::read_to_string(&out).unwrap());
+        let theirs = far_work_ir(&vtext);
         assert_eq!(mine, theirs, "far_work's Ir against Valgrind's");
     }
     let clg = scratch_dir().join("farphdr.clg");
