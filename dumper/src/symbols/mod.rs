@@ -306,6 +306,14 @@ impl Symbolizer {
         loc
     }
 
+    /// The demangled name of the function at `addr` without Valgrind's renaming of the
+    /// functions below `main` (stack traces with `--show-below-main=yes`).
+    pub fn demangled_name(&self, addr: u64) -> Option<String> {
+        let (loc, found) = self.lookup_position(addr);
+        let (_, t) = found?;
+        t.symbol(loc.offset).map(|sym| demangle::demangle(&sym.raw))
+    }
+
     /// [`Symbolizer::lookup_fast`] without the function (no symbol search, no demangling):
     /// the object, offset, file, line and section, what a position in an output file needs.
     pub fn lookup_line(&self, addr: u64) -> Location {

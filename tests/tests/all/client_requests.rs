@@ -91,12 +91,27 @@ fn core_requests_answer_as_under_valgrind() {
     assert_eq!(client_lines(&v.stderr_str()), mine, "{}", v.describe());
     assert_eq!(trace_lines(&v.stderr_str()), trace, "{}", v.describe());
 
-    // `--num-callers` bounds the trace.
+    // `--num-callers` bounds the trace; `--show-below-main=yes` goes on into the C library's
+    // start-up, under its functions' own names.
     let one = run_rgrind(&["--tool=none", "-q", "--num-callers=1"], &Cmd::new(&exe));
     assert_eq!(
         trace_lines(&one.stderr_str()),
         trace[..1],
         "{}",
         one.describe()
+    );
+    let below = run_rgrind(
+        &["--tool=none", "-q", "--show-below-main=yes"],
+        &Cmd::new(&exe),
+    );
+    let below_trace = trace_lines(&below.stderr_str());
+    assert_eq!(below_trace[..2], trace[..], "{}", below.describe());
+    assert!(
+        below_trace[2..]
+            .iter()
+            .any(|l| l.starts_with("by __libc_start"))
+            && !below_trace.iter().any(|l| l.contains("(below main)")),
+        "{}",
+        below.describe()
     );
 }

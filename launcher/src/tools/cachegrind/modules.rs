@@ -95,8 +95,8 @@ pub fn set_stack_trace_options(num_callers: usize, show_below_main: bool) {
 /// Prints the guest's call stack from `rip` (with its `rsp` and `rbp`) to the log as
 /// Valgrind's `VALGRIND_PRINTF_BACKTRACE` does without inlined frames (its default for these
 /// tools): `   at 0x..: fn (file:line)`, then `   by ...` for each caller, up to `main` or a
-/// function below it unless `--show-below-main=yes` (such functions are named
-/// `(below main)` either way), at most `--num-callers` frames.
+/// function below it (named `(below main)`), or with `--show-below-main=yes` on (the
+/// functions' own names), at most `--num-callers` frames.
 pub fn print_backtrace(rip: u64, rsp: u64, rbp: u64) {
     let (num_callers, show_below_main) = STACK_TRACE_OPTIONS.get().copied().unwrap_or((12, false));
     use dumper::symbols::unwind::{Frame, Unwinder};
@@ -123,7 +123,10 @@ pub fn print_backtrace(rip: u64, rsp: u64, rbp: u64) {
         // Valgrind's stack traces do.
         let pc = if k == 0 { pc } else { pc.wrapping_sub(1) };
         let loc = symbols.lookup_fast(pc);
-        let name = loc.fn_name();
+        let own = show_below_main
+            .then(|| symbols.demangled_name(pc))
+            .flatten();
+        let name = own.as_deref().unwrap_or(loc.fn_name());
         let place = match &loc.file {
             Some(file) if loc.line != 0 => {
                 let base = file.rsplit('/').next().unwrap_or(file);
