@@ -14,8 +14,9 @@
 //!   NON_SIMD_CALL0..3, PRINTF and its variants, STACK_REGISTER, MAP_IP_TO_SRCLOC); every
 //!   other request goes to the tool, whose default answer leaves rdx unchanged.
 //!
-//! Not handled: Memcheck's and the other tools' requests (their defaults); the other markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx`
-//! call-noredir, `xchg rdi,rdi` IR injection) run natively as the no-ops they are.
+//! Not handled: Memcheck's and the other tools' requests (their defaults); the other
+//! markers (`xchg rcx,rcx` NRADDR, `xchg rdx,rdx` call-noredir, `xchg rdi,rdi` IR
+//! injection) run natively as the no-ops they are.
 use crate::context::{reg, ThreadContext};
 use crate::core_state::Core;
 use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Register};

@@ -105,9 +105,9 @@ pub struct ThreadContext {
     pub sync_signal: u64,
     /// Guest address where a signal took the thread out of translated code.
     pub signal_rip: u64,
-    /// With `sync_signal` from a fault in translated code: the block it cut short (start,
-    /// end) and `faulting | counted << 32` (`cache::CodeCache::cut_short_at`); zero: none.
-    pub cut_short: [u64; 3],
+    /// With `sync_signal` from a fault in translated code: the run of a block it cut short
+    /// (all zero: none).
+    pub cut_short: crate::cache::CutShort,
     /// Non-zero while the host handler single-steps towards a block start.
     pub stepping: u64,
     /// Another thread asked for the run lock (time slice over).

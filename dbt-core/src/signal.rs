@@ -282,12 +282,10 @@ extern "C" fn host_handler(sig: i32, info: *mut libc::siginfo_t, uc: *mut libc::
                     .charge_owed(n, owed.ir)
             };
         }
-        ctx.cut_short = match crate::core_state::core().cache.cut_short_at(pc) {
-            Some((start, end, faulting, counted)) => {
-                [start, end, u64::from(faulting) | u64::from(counted) << 32]
-            }
-            None => [0; 3],
-        };
+        ctx.cut_short = crate::core_state::core()
+            .cache
+            .cut_short_at(pc)
+            .unwrap_or_default();
         ctx.sync_signal = sig as u64;
         copy_info(&mut ctx.sync_info, info);
         ctx.signal_rip = guest_rip;
@@ -553,12 +551,13 @@ pub fn deliver_pending(ctx: &mut ThreadContext, restart_nr: Option<u64>) {
     let (sig, info) = if ctx.sync_signal != 0 {
         let s = ctx.sync_signal as usize;
         ctx.sync_signal = 0;
-        let [start, end, at] = std::mem::take(&mut ctx.cut_short);
-        if end != 0 {
-            let (faulting, counted) = ((at & 0xffff_ffff) as usize, at >> 32 != 0);
-            crate::core_state::core()
-                .tool
-                .block_cut_short((start, end), faulting, counted);
+        let cut = std::mem::take(&mut ctx.cut_short);
+        if cut.end != 0 {
+            crate::core_state::core().tool.block_cut_short(
+                (cut.start, cut.end),
+                cut.faulting as usize,
+                cut.counted,
+            );
         }
         (s, ctx.sync_info)
     } else {

@@ -123,14 +123,26 @@ pub struct Block {
     pub line_entry: Option<(u64, FetchedLines)>,
 }
 
+/// A run of a block that a fault cut short (`Tool::block_cut_short`); all zero for none (a
+/// block never ends at 0). Kept in the `repr(C)` thread context, so `repr(C)` too.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CutShort {
+    /// The block as the tool saw it.
+    pub start: u64,
+    pub end: u64,
+    /// The faulting instruction's index in it.
+    pub faulting: u32,
+    /// Whether the block's counter had counted this run.
+    pub counted: bool,
+}
+
 /// See [`Block::loop_owed`].
 #[derive(Clone, Copy, Debug)]
 pub struct LoopOwed {
     /// The `JumpState` (a leaked static).
     pub state: u64,
     pub ir: u32,
-    /// Guest instructions per copy.
-    pub insns: u32,
 }
 
 #[derive(Default)]
@@ -281,19 +293,18 @@ impl CodeCache {
         Some((b, b.insn_starts.partition_point(|&(o, _)| o <= off)))
     }
 
-    /// For a guest instruction faulting at host `pc` in a block with a counter: the block as
-    /// the tool saw it (start, end), the faulting instruction's index in it and whether this run of the
-    /// block was counted already.
-    pub fn cut_short_at(&self, pc: u64) -> Option<(u64, u64, u32, bool)> {
+    /// For a guest instruction faulting at host `pc` in a block with a counter: the run of
+    /// the block it cut short.
+    pub fn cut_short_at(&self, pc: u64) -> Option<CutShort> {
         let (b, i) = self.insn_index_at(pc)?;
         let counted_before = b.counted_before?;
         let faulting = (i.saturating_sub(1) as u32) % b.guest_insns.max(1);
-        Some((
-            b.guest_start,
-            b.tool_end,
+        Some(CutShort {
+            start: b.guest_start,
+            end: b.tool_end,
             faulting,
-            faulting >= counted_before,
-        ))
+            counted: faulting >= counted_before,
+        })
     }
 
     /// For a guest instruction faulting at host `pc`: the executions a callgrind self-loop's
@@ -301,7 +312,7 @@ impl CodeCache {
     pub fn loop_owed_at(&self, pc: u64) -> Option<(LoopOwed, u64)> {
         let (b, i) = self.insn_index_at(pc)?;
         let owed = b.loop_owed?;
-        let copy = (i.checked_sub(1)? / owed.insns.max(1) as usize) as u64;
+        let copy = (i.checked_sub(1)? / b.guest_insns.max(1) as usize) as u64;
         (copy > 0).then_some((owed, copy))
     }
 

@@ -874,15 +874,12 @@ pub fn translate(
             .filter(|_| opts.line_entries && !smc && copies == 1)
             .map(|(off, lines)| (host + off as u64, lines)),
         guest_insns: insns.len() as u32,
-        tool_end: insns.last().map_or(guest, |i| i.next_ip()),
+        tool_end: code_end,
         counted_before: plan.counted_before(),
-        loop_owed: lite.then(|| plan.loop_owed()).flatten().map(|(state, ir)| {
-            crate::cache::LoopOwed {
-                state,
-                ir,
-                insns: insns.len() as u32,
-            }
-        }),
+        loop_owed: lite
+            .then(|| plan.loop_owed())
+            .flatten()
+            .map(|(state, ir)| crate::cache::LoopOwed { state, ir }),
     });
     Ok(entry)
 }

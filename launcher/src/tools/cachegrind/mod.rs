@@ -24,7 +24,7 @@ pub mod summary;
 use cachesim::{BranchPredictor, CacheLevel, Hierarchy, L1Level};
 use dbt_core::tool::{
     AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
-    InsnView, Instrumenter, LlHitCount, LlRows, MaskedOff, MruCache, RepKind, Tool,
+    InsnView, Instrumenter, LlHitCount, LlRows, MaskedOff, MemAccess, MruCache, RepKind, Tool,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -144,16 +144,20 @@ struct InsnStatic {
     branch: BranchKind,
     /// A locked read-modify-write: VEX's CAS retry exit is one more `Bc` per execution.
     cas_exit: bool,
-    /// Masked moves: where in the block's cost array its enabled elements are counted (reads,
+    /// Accesses with elements skipped while disabled (masked moves, AVX-512 gathers, the x87
+    /// part of `xsave`): where in the block's cost array the enabled ones are counted (reads,
     /// then writes), on top of `dr` and `dw`.
     enabled: Option<usize>,
 }
 
-/// Whether an access of `v` has elements skipped while disabled (counted as they run).
+/// Whether access `a` has elements skipped while disabled (counted as they run).
+fn skippable(a: &MemAccess) -> bool {
+    a.lanes.is_some_and(|l| l.masked_off == MaskedOff::Skipped)
+}
+
+/// Whether an access of `v` is [`skippable`].
 fn has_skippable_elements(v: &InsnView) -> bool {
-    v.accesses
-        .iter()
-        .any(|a| a.lanes.is_some_and(|l| l.masked_off == MaskedOff::Skipped))
+    v.accesses.iter().any(skippable)
 }
 
 /// Whether VEX translates `v` into a compare-and-swap followed by a conditional exit back to
@@ -168,7 +172,8 @@ pub(crate) fn vex_cas_exit(v: &InsnView) -> bool {
 
 struct BlockRec {
     costs: *mut u64,
-    /// Entries of `costs`: 1 + SLOTS per instruction + 2 per masked move.
+    /// Entries of `costs`: 1 + SLOTS per instruction + 2 per instruction with skippable
+    /// elements.
     n_costs: usize,
     insns: Vec<InsnStatic>,
     /// Runs a fault cut short: (faulting instruction, whether the block's counter counted
@@ -394,8 +399,8 @@ impl Cachegrind {
         let mut vals: Vec<u64> = Vec::with_capacity(n_insns * n_events);
         let mut t = summary::Totals::default();
         for rec in self.blocks.values() {
-            // SAFETY: the cost array has 1 + SLOTS * insns.len() entries (allocated so in
-            // `instrument`) and lives for the whole process; no guest code runs now.
+            // SAFETY: the cost array has `n_costs` entries (allocated so in `instrument`) and
+            // lives for the whole process; no guest code runs now.
             let arr = unsafe { std::slice::from_raw_parts(rec.costs, rec.n_costs) };
             for (i, s) in rec.insns.iter().enumerate() {
                 let count = rec.runs_of(i, arr[0]);
@@ -621,12 +626,12 @@ impl Tool for Cachegrind {
         if !self.modules.covers(b.start) {
             self.modules.refresh();
         }
-        let masked_moves = if self.caches.is_some() {
+        let with_skippable = if self.caches.is_some() {
             b.insns.iter().filter(|v| has_skippable_elements(v)).count()
         } else {
             0
         };
-        let n_costs = 1 + SLOTS * b.insns.len() + 2 * masked_moves;
+        let n_costs = 1 + SLOTS * b.insns.len() + 2 * with_skippable;
         let costs = ins.cost_array(n_costs);
         let mut next_enabled = 1 + SLOTS * b.insns.len();
         ins.count_block(costs);
@@ -687,9 +692,7 @@ impl Tool for Cachegrind {
                 for k in 0..v.accesses.len() {
                     let (refs, extra_reads, _) = data_refs(v, k, c.min_line, false);
                     dr += extra_reads;
-                    let skippable = v.accesses[k]
-                        .lanes
-                        .is_some_and(|l| l.masked_off == MaskedOff::Skipped);
+                    let skippable = skippable(&v.accesses[k]);
                     for (mut dref, write) in refs {
                         let slot = if write { at(S_D1MW) } else { at(S_D1MR) };
                         match (dref.lane.as_mut(), enabled) {

@@ -72,13 +72,19 @@ fn first_load_of_file(path: &str) -> Option<(u64, u64)> {
     first_load_in(&table, phentsize, phnum)
 }
 
+/// The modules mapped now, for the client requests that symbolise an address (rare: the
+/// maps are read for each).
+fn mapped_now() -> Vec<ModuleInfo> {
+    let mut modules = Modules::default();
+    modules.refresh();
+    modules.infos()
+}
+
 /// The source file name (without its directory) and line of guest code address `addr`, from
 /// the modules mapped now, for `VALGRIND_MAP_IP_TO_SRCLOC` (rare: the maps are read and the
 /// symboliser built for each request).
 pub fn source_location(addr: u64) -> Option<(String, u32)> {
-    let mut modules = Modules::default();
-    modules.refresh();
-    let loc = dumper::Symbolizer::new(modules.infos()).lookup_line(addr);
+    let loc = dumper::Symbolizer::new(mapped_now()).lookup_line(addr);
     let file = loc.file?;
     let name = file.rsplit('/').next().unwrap_or(&file).to_string();
     (loc.line != 0).then_some((name, loc.line))
@@ -100,9 +106,7 @@ pub fn set_stack_trace_options(num_callers: usize, show_below_main: bool) {
 pub fn print_backtrace(rip: u64, rsp: u64, rbp: u64) {
     let (num_callers, show_below_main) = STACK_TRACE_OPTIONS.get().copied().unwrap_or((12, false));
     use dumper::symbols::unwind::{Frame, Unwinder};
-    let mut modules = Modules::default();
-    modules.refresh();
-    let infos = modules.infos();
+    let infos = mapped_now();
     let unwinder = Unwinder::new(&infos);
     let symbols = dumper::Symbolizer::new(infos);
     let read = |addr: u64| {
