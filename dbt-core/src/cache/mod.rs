@@ -151,7 +151,9 @@ pub struct CodeCache {
     /// Guest windows (`guest >> WINDOW_SHIFT`) near which no chunk could be mapped: the search is up
     /// to 48 failing `mmap` calls, not to be repeated for every block there.
     no_room_near: crate::fast_hash::FastSet<u64>,
-    pub blocks: FastMap<u64, Block>,
+    /// Boxed: a `Block` is ~200 bytes, and moving every one at each of the table's growths
+    /// (tens of thousands for a Python start-up) took ~5% of a callgrind start-up.
+    pub blocks: FastMap<u64, Box<Block>>,
     /// Blocks ordered by guest start, for range invalidation.
     by_start: BTreeMap<u64, u64>,
     /// Translations ordered by host start (host start -> guest start), for mapping a host pc.
@@ -162,7 +164,7 @@ pub struct CodeCache {
     /// Discarded translations by host start: a thread may still be running one (the block
     /// that asked for its own retranslation, or one reached through a stale table entry),
     /// and a fault or signal there must still map to its guest instruction.
-    retired: BTreeMap<u64, Block>,
+    retired: BTreeMap<u64, Box<Block>>,
     pub exits: Vec<ExitRecord>,
     /// Longest guest block seen, bounding range queries.
     max_guest_len: u64,
@@ -261,7 +263,7 @@ impl CodeCache {
         if let Some((alt, _)) = block.line_entry {
             self.line_entries.insert(alt, block.guest_start);
         }
-        self.blocks.insert(block.guest_start, block);
+        self.blocks.insert(block.guest_start, Box::new(block));
     }
 
     /// The guest instruction whose translation contains host address `pc`: its guest address,
