@@ -306,6 +306,18 @@ impl Symbolizer {
         loc
     }
 
+    /// [`Symbolizer::lookup_fast`] without the name: `function_start` is filled, `function`
+    /// stays `None` (no demangling, no name copied), for callers that key on the symbol.
+    pub fn lookup_brief(&self, addr: u64) -> Location {
+        let (mut loc, found) = self.lookup_position(addr);
+        if let Some((m, t)) = found {
+            loc.function_start = t
+                .symbol(loc.offset)
+                .map(|sym| sym.start.wrapping_add(m.info.load_bias));
+        }
+        loc
+    }
+
     /// The demangled name of the function at `addr` without Valgrind's renaming of the
     /// functions below `main` (stack traces with `--show-below-main=yes`).
     pub fn demangled_name(&self, addr: u64) -> Option<String> {

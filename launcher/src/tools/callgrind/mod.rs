@@ -340,6 +340,9 @@ pub struct Callgrind {
     ret_sites: FastSet<u64>,
     fns: Vec<FnNode>,
     fn_map: FastMap<(u32, String, String), u32>,
+    /// `fn_node`'s results by (symbol start, file name's address, section kind), for named
+    /// functions; emptied whenever the symboliser is rebuilt.
+    fn_by_symbol: FastMap<(u64, *const u8, u8), (u32, u32, FnFlags)>,
     objs: FastMap<String, u32>,
     modules: Modules,
     sym: Option<dumper::Symbolizer>,
@@ -436,6 +439,7 @@ impl Callgrind {
             ret_sites: FastSet::default(),
             fns: Vec::new(),
             fn_map: FastMap::default(),
+            fn_by_symbol: FastMap::default(),
             objs: FastMap::default(),
             modules: Modules::default(),
             sym: None,
@@ -502,44 +506,15 @@ impl Callgrind {
         }
     }
 
-    fn block_info(&mut self, b: &BlockView, ins: &mut Instrumenter) -> *const BlockInfo {
-        if let Some(&p) = self.blocks.get(&(b.start, b.end)) {
-            // The rep counters were allocated with the block; request them again.
-            // SAFETY: leaked BlockInfo.
-            let info = unsafe { &*p };
-            for &(i, ctr) in &info.rep {
-                ins.count_rep(i, ctr, ctr.wrapping_add(1));
-            }
-            return p;
-        }
-        if !self.modules.covers(b.start) && self.modules.refresh() {
-            let old = self.sym.take();
-            self.sym = Some(dumper::Symbolizer::new_reusing(self.modules.infos(), old));
-        }
-        let sym = self
-            .sym
-            .get_or_insert_with(|| dumper::Symbolizer::new(self.modules.infos()));
-        let loc = sym.lookup_fast(b.start);
+    /// The object id, function id (a new node for a new function) and flags of the block at
+    /// `start`, whose location is `loc`.
+    fn fn_node(&mut self, loc: &dumper::Location, start: u64) -> (u32, u32, FnFlags) {
         let file = loc.file_name().to_string();
         let name = loc
             .function
             .clone()
             .unwrap_or_else(|| format!("0x{:016x}", loc.offset));
         let plt = loc.section == dumper::symbols::SectionKind::Plt;
-        let sect = loc.section as u8;
-        let is_entry = loc.function_start == Some(b.start);
-        // A direct `jmp` to a function's first byte or into a PLT stub (a tail call).
-        let tail_jump = b
-            .insns
-            .last()
-            .filter(|v| v.flow == FlowKind::Jump && v.rep == RepKind::None)
-            .map(|v| v.insn.near_branch_target())
-            .is_some_and(|t| {
-                let at = sym.lookup_fast(t);
-                t != b.end
-                    && (at.function_start == Some(t)
-                        || at.section == dumper::symbols::SectionKind::Plt)
-            });
         let obj = match self.objs.get(loc.object_name()) {
             Some(&o) => o,
             None => {
@@ -552,11 +527,64 @@ impl Callgrind {
         let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
         if fn_id == nf {
             self.fns.push(FnNode {
-                first_bb: b.start,
+                first_bb: start,
                 name: name.clone(),
             });
         }
-        let flags = self.flags_for(&name, plt);
+        (obj, fn_id, self.flags_for(&name, plt))
+    }
+
+    fn block_info(&mut self, b: &BlockView, ins: &mut Instrumenter) -> *const BlockInfo {
+        if let Some(&p) = self.blocks.get(&(b.start, b.end)) {
+            // The rep counters were allocated with the block; request them again.
+            // SAFETY: leaked BlockInfo.
+            let info = unsafe { &*p };
+            for &(i, ctr) in &info.rep {
+                ins.count_rep(i, ctr, ctr.wrapping_add(1));
+            }
+            return p;
+        }
+        if !self.modules.covers(b.start) && self.modules.refresh() {
+            // Keys hold file-name pointers of the symboliser being replaced.
+            self.fn_by_symbol.clear();
+            let old = self.sym.take();
+            self.sym = Some(dumper::Symbolizer::new_reusing(self.modules.infos(), old));
+        }
+        let sym = self
+            .sym
+            .get_or_insert_with(|| dumper::Symbolizer::new(self.modules.infos()));
+        let loc = sym.lookup_brief(b.start);
+        let sect = loc.section as u8;
+        let is_entry = loc.function_start == Some(b.start);
+        // A direct `jmp` to a function's first byte or into a PLT stub (a tail call).
+        let tail_jump = b
+            .insns
+            .last()
+            .filter(|v| v.flow == FlowKind::Jump && v.rep == RepKind::None)
+            .map(|v| v.insn.near_branch_target())
+            .is_some_and(|t| {
+                let at = sym.lookup_brief(t);
+                t != b.end
+                    && (at.function_start == Some(t)
+                        || at.section == dumper::symbols::SectionKind::Plt)
+            });
+        // The function node of a symbol's blocks with one source file is found again by the
+        // symbol's start and the file's shared name, without the names' copies and hashes.
+        let file_ptr = loc.file.as_ref().map_or(core::ptr::null(), |f| f.as_ptr());
+        let by_symbol = loc.function_start.map(|start| (start, file_ptr, sect));
+        let cached = by_symbol.and_then(|k| self.fn_by_symbol.get(&k).copied());
+        let (obj, fn_id, flags, named) = match cached {
+            Some((obj, fn_id, flags)) => (obj, fn_id, flags, true),
+            None => {
+                let full = sym.lookup_fast(b.start);
+                let named = full.function.is_some();
+                let (obj, fn_id, flags) = self.fn_node(&full, b.start);
+                if let Some(k) = by_symbol.filter(|_| named) {
+                    self.fn_by_symbol.insert(k, (obj, fn_id, flags));
+                }
+                (obj, fn_id, flags, named)
+            }
+        };
         let last = b.insns.last();
         let exit = match last.map(|v| v.flow) {
             Some(FlowKind::Call | FlowKind::IndirectCall) => Exit::Call,
@@ -610,7 +638,7 @@ impl Callgrind {
             n_insns: b.insns.len() as u64,
             exit,
             is_entry,
-            named: loc.function.is_some(),
+            named,
             obj,
             sect,
             fn_id,
@@ -1020,6 +1048,7 @@ impl Callgrind {
         slot: Option<usize>,
     ) {
         // The instrumentation's tables serve the dump too (and come back for later blocks).
+        self.fn_by_symbol.clear();
         let sym = dumper::Symbolizer::new_reusing(self.modules.infos(), self.sym.take());
         let th = slot.and_then(|i| rt.threads.get(i)).map(|t| (t.th, t.tid));
         let mut data = self.collect(rt, th.map(|x| x.0));
