@@ -86,8 +86,18 @@ pub(crate) fn key(image: &Path, build_id: Option<&[u8]>, debug: Option<&Path>) -
 
 /// The entry for `key`, if there is a complete one.
 pub(crate) fn load(key: u64) -> Option<Cached> {
-    let bytes = std::fs::read(dir()?.join(format!("{key:016x}"))).ok()?;
-    decode(&bytes, key)
+    let file = std::fs::File::open(dir()?.join(format!("{key:016x}"))).ok()?;
+    decode(&map_entry(&file)?, key)
+}
+
+/// The entry's bytes, mapped rather than read: a short run loads a few megabytes of entries
+/// (glibc's lines), and reading them copied each page and touched as many fresh heap pages.
+#[allow(unsafe_code)]
+fn map_entry(file: &std::fs::File) -> Option<memmap2::Mmap> {
+    // SAFETY: entries are never written in place (`store` writes a temporary file and renames
+    // it over the entry), so the mapped file keeps its contents while `decode` copies out of
+    // the mapping, which is dropped before `load` returns.
+    unsafe { memmap2::MmapOptions::new().populate().map(file) }.ok()
 }
 
 /// Writes the entry for `key` (best effort).
