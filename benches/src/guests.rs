@@ -7,8 +7,8 @@
 //! - Executables are written to a temporary name and renamed, so an interrupted build never
 //!   leaves a half-written binary that a later run would reuse.
 //!
-//! It deliberately does not build anything but these four C files, and never compiles in
-//! parallel: four small files are not worth it.
+//! It deliberately does not build anything but these few C files, and never compiles in
+//! parallel: a few small files are not worth it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,6 +38,10 @@ pub const GUESTS: &[GuestSource] = &[
     GuestSource {
         name: "stride",
         source: include_str!("../guests/stride.c"),
+    },
+    GuestSource {
+        name: "hello",
+        source: include_str!("../guests/hello.c"),
     },
 ];
 

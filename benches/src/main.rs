@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p rgrind-benches -- [--tool none|cachegrind|callgrind] [--opts "..."]
-//!     [--only a,b] [-n N] [--rgrind PATH] [--valgrind PATH]
+//!     [--set cpu|startup] [--only a,b] [-n N] [--rgrind PATH] [--valgrind PATH]
 //! ```
 //!
 //! # Invariants
@@ -22,10 +22,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, ExitStatus, Stdio};
 use std::time::Instant;
 
-const USAGE: &str = "usage: rgrind-bench [--tool none|cachegrind|callgrind] [--opts \"OPTS\"]... [--only a,b] [-n N]
-                    [--rgrind PATH] [--valgrind PATH]
+const USAGE: &str = "usage: rgrind-bench [--tool none|cachegrind|callgrind] [--opts \"OPTS\"]... [--set cpu|startup]
+                    [--only a,b] [-n N] [--rgrind PATH] [--valgrind PATH]
   --tool      tool for rgrind and valgrind (default none)
   --opts      extra options for both, split on whitespace (repeatable)
+  --set       cpu: CPU-bound guests and python3/sqlite3 workloads (default); startup: short
+              runs, what a benchmark harness pays per run (a C hello, python3 start-up and
+              imports, this Rust program's --help), the last also with an empty environment
+              as gungraun runs its tool
   --only      comma-separated case names (default: all)
   -n          rounds per case; the best time is reported (default 3)
   --rgrind    rgrind binary (default: $RGRIND, else <workspace>/target/release/rgrind)
@@ -94,6 +98,7 @@ impl Tool {
 struct Options {
     tool: Tool,
     opts: Vec<String>,
+    set: CaseSet,
     only: Option<Vec<String>>,
     rounds: usize,
     rgrind: Option<PathBuf>,
@@ -105,6 +110,7 @@ fn parse_args(args: &[String]) -> Result<Options, BenchError> {
     let mut o = Options {
         tool: Tool::None,
         opts: Vec::new(),
+        set: CaseSet::Cpu,
         only: None,
         rounds: 3,
         rgrind: None,
@@ -129,6 +135,13 @@ fn parse_args(args: &[String]) -> Result<Options, BenchError> {
         };
         match key {
             "--tool" => o.tool = Tool::parse(&value()?)?,
+            "--set" => {
+                o.set = match value()?.as_str() {
+                    "cpu" => CaseSet::Cpu,
+                    "startup" => CaseSet::Startup,
+                    v => return Err(BenchError::Usage(format!("unknown case set {v:?}"))),
+                }
+            }
             "--opts" => o
                 .opts
                 .extend(value()?.split_whitespace().map(str::to_owned)),
@@ -157,10 +170,19 @@ fn parse_args(args: &[String]) -> Result<Options, BenchError> {
     Ok(o)
 }
 
-/// One benchmark: a name and the command line (program first).
+/// Which cases a run measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CaseSet {
+    Cpu,
+    Startup,
+}
+
+/// One benchmark: a name and the command line (program first), run with an empty
+/// environment when `clear_env` (as gungraun runs its tool).
 struct Case {
     name: &'static str,
     argv: Vec<String>,
+    clear_env: bool,
 }
 
 fn workspace_root() -> PathBuf {
@@ -176,7 +198,7 @@ fn find_in_path(program: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn cases(build_dir: &Path) -> Result<Vec<Case>, BenchError> {
+fn cases(build_dir: &Path, set: CaseSet) -> Result<Vec<Case>, BenchError> {
     let exe = |name: &str| -> Result<String, BenchError> {
         let g = guests::GUESTS
             .iter()
@@ -184,57 +206,87 @@ fn cases(build_dir: &Path) -> Result<Vec<Case>, BenchError> {
             .ok_or_else(|| BenchError::Usage(format!("no guest {name}")))?;
         Ok(guests::build(build_dir, g)?.display().to_string())
     };
-    let mut v = vec![
-        Case {
-            name: "matmul",
-            argv: vec![exe("matmul")?, "400".into(), "32".into()],
-        },
-        Case {
-            name: "stride",
-            argv: vec![exe("stride")?, "67108864".into(), "64".into(), "8".into()],
-        },
-        Case {
-            name: "chase",
-            argv: vec![exe("chase")?, "67108864".into(), "2000000".into()],
-        },
-        Case {
-            name: "calls",
-            argv: vec![exe("calls")?, "38".into()],
-        },
-    ];
-    if Path::new("/usr/bin/python3").is_file() {
+    let case = |name: &'static str, argv: Vec<String>| Case {
+        name,
+        argv,
+        clear_env: false,
+    };
+    let python = Path::new("/usr/bin/python3").is_file();
+    if !python {
+        println!("(no /usr/bin/python3: skipping the python cases)");
+    }
+    let python_case = |name: &'static str, code: &str| {
+        case(
+            name,
+            vec!["/usr/bin/python3".into(), "-c".into(), code.into()],
+        )
+    };
+    let mut v = Vec::new();
+    if set == CaseSet::Startup {
+        v.push(case("hello", vec![exe("hello")?]));
+        if python {
+            v.push(python_case("py-pass", "pass"));
+            v.push(python_case("py-import", "import json, decimal, sqlite3"));
+        }
+        let me = std::env::current_exe()
+            .map_err(|source| BenchError::Spawn {
+                program: "rgrind-bench".into(),
+                source,
+            })?
+            .display()
+            .to_string();
+        v.push(case("rust", vec![me.clone(), "--help".into()]));
         v.push(Case {
-            name: "python",
-            argv: vec![
-                "/usr/bin/python3".into(),
-                "-c".into(),
-                "print(sum(i*i for i in range(3000000)))".into(),
-            ],
+            name: "rust-noenv",
+            argv: vec![me, "--help".into()],
+            clear_env: true,
         });
-    } else {
-        println!("(no /usr/bin/python3: skipping the python case)");
+        return Ok(v);
+    }
+    v.extend([
+        case("matmul", vec![exe("matmul")?, "400".into(), "32".into()]),
+        case(
+            "stride",
+            vec![exe("stride")?, "67108864".into(), "64".into(), "8".into()],
+        ),
+        case(
+            "chase",
+            vec![exe("chase")?, "67108864".into(), "2000000".into()],
+        ),
+        case("calls", vec![exe("calls")?, "38".into()]),
+    ]);
+    if python {
+        v.push(python_case(
+            "python",
+            "print(sum(i*i for i in range(3000000)))",
+        ));
     }
     if let Some(sqlite) = find_in_path("sqlite3") {
-        v.push(Case {
-            name: "sqlite",
-            argv: vec![
+        v.push(case(
+            "sqlite",
+            vec![
                 sqlite.display().to_string(),
                 ":memory:".into(),
                 "create table t(a,b); with recursive c(x) as (select 1 union all select x+1 from c where x<300000) \
                  insert into t select x, x*x from c; select count(*), sum(b) from t where a % 7 = 3;"
                     .into(),
             ],
-        });
+        ));
     } else {
         println!("(no sqlite3: skipping the sqlite case)");
     }
     Ok(v)
 }
 
-/// Runs a command with all of stdio on /dev/null; returns the wall time and the status.
-fn timed(argv: &[String]) -> Result<(f64, ExitStatus), BenchError> {
+/// Runs a command with all of stdio on /dev/null (and no environment with `clear_env`);
+/// returns the wall time and the status.
+fn timed(argv: &[String], clear_env: bool) -> Result<(f64, ExitStatus), BenchError> {
+    let mut command = Command::new(&argv[0]);
+    if clear_env {
+        command.env_clear();
+    }
     let start = Instant::now();
-    let status = Command::new(&argv[0])
+    let status = command
         .args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -299,7 +351,7 @@ fn measure(
     for _ in 0..o.rounds {
         for (col, cmd) in commands.iter().enumerate() {
             let Some(cmd) = cmd else { continue };
-            let (t, status) = timed(cmd)?;
+            let (t, status) = timed(cmd, case.clear_env)?;
             row.best[col] = Some(row.best[col].map_or(t, |b: f64| b.min(t)));
             if !status.success() && row.failed[col].is_none() {
                 row.failed[col] = Some(status);
@@ -347,7 +399,7 @@ fn run(o: &Options) -> Result<(), BenchError> {
     }
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| workspace_root().join("target"), PathBuf::from);
-    let mut all = cases(&target.join("rgrind-bench-guests"))?;
+    let mut all = cases(&target.join("rgrind-bench-guests"), o.set)?;
     if let Some(only) = &o.only {
         if let Some(bad) = only
             .iter()
@@ -464,14 +516,17 @@ mod tests {
             "--only=a,b",
             "-n",
             "5",
+            "--set=startup",
         ])
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(o.tool, Tool::Cachegrind);
+        assert_eq!(o.set, CaseSet::Startup);
         assert_eq!(o.opts, ["--cache-sim=yes", "--branch-sim=no"]);
         assert_eq!(o.only, Some(vec!["a".to_owned(), "b".to_owned()]));
         assert_eq!(o.rounds, 5);
         let o = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((o.tool, o.rounds, o.only.is_none()), (Tool::None, 3, true));
+        assert_eq!(o.set, CaseSet::Cpu);
     }
 
     #[test]
@@ -481,6 +536,7 @@ mod tests {
             &["-n", "0"],
             &["-n"],
             &["--frobnicate"],
+            &["--set", "gpu"],
         ] {
             assert!(matches!(parse(bad), Err(BenchError::Usage(_))), "{bad:?}");
         }
