@@ -291,17 +291,13 @@ impl Symbolizer {
 
     /// Lookup without the inlined chain (what the writers need; much cheaper).
     pub fn lookup_fast(&self, addr: u64) -> Location {
-        let (mut loc, found) = self.lookup_position(addr);
-        let Some((m, t)) = found else {
-            return loc;
-        };
-        if let Some(sym) = t.symbol(loc.offset) {
+        let (mut loc, found) = self.lookup_symbol(addr);
+        if let Some((m, sym)) = found {
             let mut names = m.names.lock().unwrap_or_else(|e| e.into_inner());
             let name = names
                 .entry(sym.start)
                 .or_insert_with(|| demangle::present(demangle::demangle(&sym.raw)));
             loc.function = Some(name.clone());
-            loc.function_start = Some(sym.start.wrapping_add(m.info.load_bias));
         }
         loc
     }
@@ -309,21 +305,23 @@ impl Symbolizer {
     /// [`Symbolizer::lookup_fast`] without the name: `function_start` is filled, `function`
     /// stays `None` (no demangling, no name copied), for callers that key on the symbol.
     pub fn lookup_brief(&self, addr: u64) -> Location {
+        self.lookup_symbol(addr).0
+    }
+
+    /// `lookup_position` with the symbol covering `addr` (and its module), whose runtime
+    /// start goes to `function_start`.
+    fn lookup_symbol(&self, addr: u64) -> (Location, Option<(&Module, &elf::Sym)>) {
         let (mut loc, found) = self.lookup_position(addr);
-        if let Some((m, t)) = found {
-            loc.function_start = t
-                .symbol(loc.offset)
-                .map(|sym| sym.start.wrapping_add(m.info.load_bias));
-        }
-        loc
+        let sym = found.and_then(|(m, t)| Some((m, t.symbol(loc.offset)?)));
+        loc.function_start = sym.map(|(m, sym)| sym.start.wrapping_add(m.info.load_bias));
+        (loc, sym)
     }
 
     /// The demangled name of the function at `addr` without Valgrind's renaming of the
     /// functions below `main` (stack traces with `--show-below-main=yes`).
     pub fn demangled_name(&self, addr: u64) -> Option<String> {
-        let (loc, found) = self.lookup_position(addr);
-        let (_, t) = found?;
-        t.symbol(loc.offset).map(|sym| demangle::demangle(&sym.raw))
+        let (_, sym) = self.lookup_symbol(addr).1?;
+        Some(demangle::demangle(&sym.raw))
     }
 
     /// [`Symbolizer::lookup_fast`] without the function (no symbol search, no demangling):
