@@ -12,19 +12,8 @@
 //! * The cache is only an accelerator: any failure to read or write it, or an entry that does
 //!   not decode completely, means building the tables as without it.
 //! * An entry is written whole (temporary file, then rename), so readers never see half of one.
-use super::elf::{Row, SectionKind, Sym};
+use super::tables::{Tables, MAGIC};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-
-const MAGIC: &[u8; 8] = b"RGSYMv03";
-
-/// The cached part of a module's tables.
-pub(crate) struct Cached {
-    pub syms: Vec<Sym>,
-    pub sections: Vec<(u64, u64, SectionKind)>,
-    pub files: Vec<Arc<str>>,
-    pub rows: Vec<Row>,
-}
 
 fn dir() -> Option<PathBuf> {
     if std::env::var_os("RGRIND_SYMBOL_CACHE").is_some_and(|v| v == "0") {
@@ -84,39 +73,72 @@ pub(crate) fn key(image: &Path, build_id: Option<&[u8]>, debug: Option<&Path>) -
     Some(h.0)
 }
 
-/// The entry for `key`, if there is a complete one.
-pub(crate) fn load(key: u64) -> Option<Cached> {
-    let file = std::fs::File::open(dir()?.join(format!("{key:016x}"))).ok()?;
-    decode(&map_entry(&file)?, key)
+/// The entry for `key`, if there is a complete one. Read, not mapped: lookups read the
+/// tables in place for the whole run, and a mapping would show in the guest's
+/// `/proc/self/maps` (which Rust programs parse at start-up, so their counts would change).
+pub(crate) fn load(key: u64) -> Option<Tables> {
+    Tables::parse(std::fs::read(dir()?.join(format!("{key:016x}"))).ok()?, key)
 }
 
-/// The entry's bytes, mapped rather than read: a short run loads a few megabytes of entries
-/// (glibc's lines), and reading them copied each page and touched as many fresh heap pages.
-#[allow(unsafe_code)]
-fn map_entry(file: &std::fs::File) -> Option<memmap2::Mmap> {
-    // SAFETY: entries are never written in place (`store` writes a temporary file and renames
-    // it over the entry), so the mapped file keeps its contents while `decode` copies out of
-    // the mapping, which is dropped before `load` returns.
-    unsafe { memmap2::MmapOptions::new().populate().map(file) }.ok()
-}
-
-/// Writes the entry for `key` (best effort).
-pub(crate) fn store(
-    key: u64,
-    syms: &[Sym],
-    sections: &[(u64, u64, SectionKind)],
-    files: &[Arc<str>],
-    rows: &[Row],
-) {
+/// Writes `bytes` (encoded tables) as the entry for `key` (best effort).
+pub(crate) fn store(key: u64, bytes: &[u8]) {
     let Some(dir) = dir() else { return };
     if std::fs::create_dir_all(&dir).is_err() {
         return;
     }
     let path = dir.join(format!("{key:016x}"));
     let tmp = dir.join(format!("{key:016x}.{}", std::process::id()));
-    let bytes = encode(key, syms, sections, files, rows);
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, &path).is_err() {
         let _ = std::fs::remove_file(&tmp);
+    }
+    trim(&dir, &path, TRIM_ABOVE, TRIM_TO);
+}
+
+/// The cache's size that makes a store trim it, and the size it trims it to. Every rebuild
+/// of a program (a benchmark edited and run again) adds an entry of up to tens of
+/// megabytes, and nothing else ever removes one.
+const TRIM_ABOVE: u64 = 512 << 20;
+const TRIM_TO: u64 = 256 << 20;
+
+/// When the entries in `dir` take more than `above` bytes, removes the oldest written
+/// (never `keep`) until they take at most `to`; also removes temporary files left more
+/// than an hour ago by a process that died while writing. Best effort: a store has just
+/// parsed a program's debug information, which costs far more than listing the folder.
+fn trim(dir: &Path, keep: &Path, above: u64, to: u64) {
+    let Ok(list) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    let mut entries = Vec::new();
+    let mut total = 0u64;
+    for e in list.flatten() {
+        let (path, Ok(meta)) = (e.path(), e.metadata()) else {
+            continue;
+        };
+        let written = meta.modified().unwrap_or(now);
+        if e.file_name().to_string_lossy().contains('.') {
+            let stale = now
+                .duration_since(written)
+                .is_ok_and(|age| age.as_secs() > 3600);
+            if stale {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
+        total += meta.len();
+        entries.push((written, meta.len(), path));
+    }
+    if total <= above {
+        return;
+    }
+    entries.sort();
+    for (_, len, path) in entries {
+        if total <= to {
+            break;
+        }
+        if path != keep && std::fs::remove_file(&path).is_ok() {
+            total -= len;
+        }
     }
 }
 
@@ -143,163 +165,50 @@ impl Fnv {
     }
 }
 
-fn kind_code(k: SectionKind) -> u8 {
-    match k {
-        SectionKind::Text => 0,
-        SectionKind::Plt => 1,
-        SectionKind::Got => 2,
-        SectionKind::Data => 3,
-        SectionKind::Bss => 4,
-    }
-}
-
-fn kind_of(c: u8) -> Option<SectionKind> {
-    Some(match c {
-        0 => SectionKind::Text,
-        1 => SectionKind::Plt,
-        2 => SectionKind::Got,
-        3 => SectionKind::Data,
-        4 => SectionKind::Bss,
-        _ => return None,
-    })
-}
-
-pub(crate) fn encode(
-    key: u64,
-    syms: &[Sym],
-    sections: &[(u64, u64, SectionKind)],
-    files: &[Arc<str>],
-    rows: &[Row],
-) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + rows.len() * 16 + syms.len() * 40);
-    let u64s = |out: &mut Vec<u8>, v: u64| out.extend_from_slice(&v.to_le_bytes());
-    let str_ = |out: &mut Vec<u8>, s: &str| {
-        out.extend_from_slice(&(s.len() as u64).to_le_bytes());
-        out.extend_from_slice(s.as_bytes());
-    };
-    out.extend_from_slice(MAGIC);
-    u64s(&mut out, key);
-    u64s(&mut out, syms.len() as u64);
-    for s in syms {
-        u64s(&mut out, s.start);
-        u64s(&mut out, s.end);
-        str_(&mut out, &s.raw);
-    }
-    u64s(&mut out, sections.len() as u64);
-    for &(s, e, k) in sections {
-        u64s(&mut out, s);
-        u64s(&mut out, e);
-        out.push(kind_code(k));
-    }
-    u64s(&mut out, files.len() as u64);
-    for f in files {
-        str_(&mut out, f);
-    }
-    u64s(&mut out, rows.len() as u64);
-    for r in rows {
-        u64s(&mut out, r.addr);
-        out.extend_from_slice(&r.file.to_le_bytes());
-        out.extend_from_slice(&r.line.to_le_bytes());
-    }
-    out.extend_from_slice(MAGIC);
-    out
-}
-
-struct Cursor<'a>(&'a [u8]);
-
-impl Cursor<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn count(&mut self, each: usize) -> Option<usize> {
-        let n = usize::try_from(self.u64()?).ok()?;
-        // A count the rest of the entry cannot hold is corruption, not a huge allocation.
-        (n.checked_mul(each)? <= self.0.len()).then_some(n)
-    }
-    fn str_(&mut self) -> Option<Arc<str>> {
-        let n = usize::try_from(self.u64()?).ok()?;
-        Some(Arc::from(std::str::from_utf8(self.take(n)?).ok()?))
-    }
-}
-
-pub(crate) fn decode(bytes: &[u8], key: u64) -> Option<Cached> {
-    let mut c = Cursor(bytes);
-    if c.take(8)? != MAGIC || c.u64()? != key {
-        return None;
-    }
-    let n = c.count(24)?;
-    let mut syms = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (start, end) = (c.u64()?, c.u64()?);
-        syms.push(Sym {
-            start,
-            end,
-            raw: c.str_()?,
-        });
-    }
-    let n = c.count(17)?;
-    let mut sections = Vec::with_capacity(n);
-    for _ in 0..n {
-        let (s, e) = (c.u64()?, c.u64()?);
-        sections.push((s, e, kind_of(c.take(1)?[0])?));
-    }
-    let n = c.count(8)?;
-    let mut files = Vec::with_capacity(n);
-    for _ in 0..n {
-        files.push(c.str_()?);
-    }
-    let n = c.count(16)?;
-    let mut rows = Vec::with_capacity(n);
-    for _ in 0..n {
-        rows.push(Row {
-            addr: c.u64()?,
-            file: c.u32()?,
-            line: c.u32()?,
-        });
-    }
-    (c.take(8)? == MAGIC && c.0.is_empty()).then_some(Cached {
-        syms,
-        sections,
-        files,
-        rows,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::symbols::elf::ModuleTables;
 
+    /// Over the limit, the oldest entries go first, never the one just written; stale
+    /// temporary files go whatever the size.
     #[test]
-    fn entries_decode_to_what_was_encoded_and_reject_damage() {
-        let exe = std::env::current_exe().unwrap();
-        let t = ModuleTables::build(&exe, &std::fs::read(&exe).unwrap(), false).unwrap();
+    fn a_full_cache_loses_its_oldest_entries() {
+        let dir = std::env::temp_dir().join(format!("rgrind-cache-trim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        let now = std::time::SystemTime::now();
+        let put = |name: &str, len: usize, age_hours: u32| {
+            let path = dir.join(name);
+            std::fs::write(&path, vec![0u8; len]).unwrap();
+            let f = std::fs::File::options().write(true).open(&path).unwrap();
+            f.set_modified(now - hour * age_hours).unwrap();
+            path
+        };
+        let oldest = put("0000000000000001", 400, 50);
+        let kept = put("0000000000000002", 300, 40);
+        let newer = put("0000000000000003", 300, 30);
+        let newest = put("0000000000000004", 300, 20);
+        let stale_tmp = put("0000000000000005.123", 10, 2);
+        let fresh_tmp = put("0000000000000006.124", 10, 0);
+        let exists = |p: &Path| p.exists();
+
+        trim(&dir, &kept, 2000, 1000);
         assert!(
-            !t.syms.is_empty() && !t.rows.is_empty(),
-            "the test binary has symbols and lines"
+            [&oldest, &kept, &newer, &newest].iter().all(|p| exists(p)),
+            "under the limit"
         );
-        let bytes = encode(7, &t.syms, &t.sections, &t.files, &t.rows);
-        let c = decode(&bytes, 7).expect("decodes");
-        assert_eq!(format!("{:?}", c.syms), format!("{:?}", t.syms));
-        assert_eq!(format!("{:?}", c.sections), format!("{:?}", t.sections));
-        assert_eq!(format!("{:?}", c.rows), format!("{:?}", t.rows));
-        assert_eq!(c.files, t.files);
-        assert!(decode(&bytes, 8).is_none(), "another key");
-        assert!(decode(&bytes[..bytes.len() - 1], 7).is_none(), "truncated");
-        let mut bad = bytes.clone();
-        bad[16] = 0xff; // the symbol count: more than the entry holds
-        assert!(decode(&bad, 7).is_none(), "corrupt count");
+        assert!(
+            !exists(&stale_tmp) && exists(&fresh_tmp),
+            "only the stale temporary file"
+        );
+
+        trim(&dir, &kept, 1000, 700);
+        assert!(!exists(&oldest), "the oldest entry goes first");
+        assert!(exists(&kept), "the entry just written stays, old as it is");
+        assert!(!exists(&newer), "then the next oldest, down to the target");
+        assert!(exists(&newest));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use std::sync::{Arc, OnceLock};
 use object::{Object, ObjectSection, ObjectSymbol, SectionKind as ObjSectionKind, SymbolKind};
 
 use super::cache;
+use super::tables::{self, Tables};
 use crate::error::DumpError;
 
 /// Reader type used for DWARF.
@@ -43,99 +44,12 @@ pub enum SectionKind {
     Bss,
 }
 
-#[derive(Debug, Clone)]
-pub(crate) struct Sym {
-    pub start: u64,
-    pub end: u64,
-    /// The chosen raw (mangled) name.
-    pub raw: Arc<str>,
-}
-
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Row {
-    pub addr: u64,
-    pub file: u32,
-    pub line: u32,
-}
-
-pub(crate) const NO_FILE: u32 = u32::MAX;
-
-/// Where in a table sorted by address the entries of each address range (a "page") begin,
-/// so that a lookup searches one page's entries instead of the whole table: a big program's
-/// line table has millions of rows, and the binary search over them, a host cache miss per
-/// step, was most of the symbol lookups' time in a callgrind start-up (`cargo --version`).
-#[derive(Default)]
-pub(crate) struct PageIndex {
-    base: u64,
-    shift: u32,
-    /// `starts[p]`: the first entry at or above `base + (p << shift)`.
-    starts: Vec<u32>,
-}
-
-impl PageIndex {
-    /// The index of `addrs` (ascending); pages of about one entry each.
-    fn new(addrs: impl ExactSizeIterator<Item = u64> + Clone) -> PageIndex {
-        let n = addrs.len();
-        let (Some(first), Some(last)) = (addrs.clone().next(), addrs.clone().last()) else {
-            return PageIndex::default();
-        };
-        if n < 64 || u32::try_from(n).is_err() {
-            return PageIndex::default();
-        }
-        let span = last - first;
-        let shift = (64 - (span / n as u64).leading_zeros()).max(4);
-        let pages = (span >> shift) as usize + 1;
-        let mut starts = Vec::with_capacity(pages + 1);
-        let mut i = 0u32;
-        let mut it = addrs.peekable();
-        for p in 0..=pages as u64 {
-            let page_start = first + (p << shift);
-            while it.next_if(|&a| a < page_start).is_some() {
-                i += 1;
-            }
-            starts.push(i);
-        }
-        PageIndex {
-            base: first,
-            shift,
-            starts,
-        }
-    }
-
-    /// The range of entries that holds `slice.partition_point(|e| e <= addr)`: all entries
-    /// before it are at or below `addr`, all after it above.
-    fn range(&self, addr: u64, len: usize) -> (usize, usize) {
-        if self.starts.is_empty() {
-            return (0, len);
-        }
-        let Some(off) = addr.checked_sub(self.base) else {
-            return (0, 0);
-        };
-        let p = (off >> self.shift) as usize;
-        match (self.starts.get(p), self.starts.get(p + 1)) {
-            (Some(&lo), Some(&hi)) => (lo as usize, hi as usize),
-            _ => (self.starts.last().map_or(0, |&l| l as usize), len),
-        }
-    }
-
-    /// `table.partition_point(|e| addr_of(e) <= addr)` for a table this index was built from.
-    fn partition_point<T>(&self, table: &[T], addr: u64, addr_of: impl Fn(&T) -> u64) -> usize {
-        let (lo, hi) = self.range(addr, table.len());
-        let (lo, hi) = (lo.min(table.len()), hi.min(table.len()));
-        lo + table
-            .get(lo..hi.max(lo))
-            .map_or(0, |t| t.partition_point(|e| addr_of(e) <= addr))
-    }
-}
+pub(crate) use super::tables::{Row, Sym, NO_FILE};
 
 /// The tables of one module.
 pub(crate) struct ModuleTables {
-    pub syms: Vec<Sym>,
-    pub sections: Vec<(u64, u64, SectionKind)>,
-    pub files: Vec<Arc<str>>,
-    pub rows: Vec<Row>,
-    sym_pages: PageIndex,
-    row_pages: PageIndex,
+    /// Symbols, sections, files and line rows, read in place (`tables.rs`).
+    pub tables: Tables,
     /// The DWARF sections, loaded at build time or, for tables from the disk cache, on the
     /// first inlining lookup from `dwarf_from` (the image and its debug file).
     dwarf_sections: OnceLock<Option<HashMap<gimli::SectionId, Reader>>>,
@@ -199,18 +113,13 @@ impl ModuleTables {
     }
 
     fn cached(
-        c: cache::Cached,
+        tables: Tables,
         path: &Path,
         debug_path: Option<PathBuf>,
         endian: gimli::RunTimeEndian,
     ) -> Self {
         ModuleTables {
-            sym_pages: PageIndex::new(c.syms.iter().map(|s| s.start)),
-            row_pages: PageIndex::new(c.rows.iter().map(|r| r.addr)),
-            syms: c.syms,
-            sections: c.sections,
-            files: c.files,
-            rows: c.rows,
+            tables,
             dwarf_sections: OnceLock::new(),
             dwarf_from: Some((path.to_path_buf(), debug_path)),
             endian,
@@ -251,11 +160,11 @@ impl ModuleTables {
         }
 
         let mut syms: Vec<Sym> = named
-            .into_iter()
-            .map(|(start, (size, raw))| Sym {
+            .iter()
+            .map(|(&start, (size, raw))| Sym {
                 start,
-                end: start.saturating_add(size),
-                raw,
+                end: start.saturating_add(*size),
+                raw: raw.as_ref(),
             })
             .collect();
         syms.sort_by_key(|s| s.start);
@@ -271,16 +180,14 @@ impl ModuleTables {
             }
         }
         rows.sort_by_key(|r| (r.addr, r.file != NO_FILE));
+        let bytes = tables::encode(key.unwrap_or(0), &syms, &sections, &files, &rows);
         if let Some(k) = key {
-            cache::store(k, &syms, &sections, &files, &rows);
+            cache::store(k, &bytes);
         }
+        let tables = Tables::parse(bytes, key.unwrap_or(0))
+            .ok_or_else(|| elf_err(path, "symbol tables too large"))?;
         Ok(ModuleTables {
-            sym_pages: PageIndex::new(syms.iter().map(|s| s.start)),
-            row_pages: PageIndex::new(rows.iter().map(|r| r.addr)),
-            syms,
-            sections,
-            files,
-            rows,
+            tables,
             dwarf_sections: OnceLock::from(dwarf_sections),
             dwarf_from: None,
             endian,
@@ -289,24 +196,19 @@ impl ModuleTables {
     }
 
     /// The symbol containing `addr` (link-time).
-    pub(crate) fn symbol(&self, addr: u64) -> Option<&Sym> {
-        let idx = self
-            .sym_pages
-            .partition_point(&self.syms, addr, |s| s.start);
-        // Nested symbols are rare; look back a few entries for one that contains addr.
-        self.syms[..idx].iter().rev().take(8).find(|s| addr < s.end)
+    pub(crate) fn symbol(&self, addr: u64) -> Option<Sym<'_>> {
+        self.tables.symbol(addr)
     }
 
     /// The (file id, line) of `addr`, if the line table covers it.
     pub(crate) fn line(&self, addr: u64) -> Option<(u32, u32)> {
-        let idx = self.row_pages.partition_point(&self.rows, addr, |r| r.addr);
-        let r = self.rows.get(idx.checked_sub(1)?)?;
-        (r.file != NO_FILE).then_some((r.file, r.line))
+        self.tables.line(addr)
     }
 
     /// The section kind of `addr`.
     pub(crate) fn section_kind(&self, addr: u64) -> SectionKind {
-        self.sections
+        self.tables
+            .sections
             .iter()
             .find(|(s, e, _)| *s <= addr && addr < *e)
             .map_or(SectionKind::Text, |x| x.2)
@@ -628,50 +530,5 @@ mod tests {
         ));
         assert!(prefer_name("abc", "abd"));
         assert!(prefer_name("x", " "));
-    }
-
-    /// The page index finds what a binary search over the whole table finds, for tables
-    /// with gaps, runs of equal addresses and addresses outside them.
-    #[test]
-    fn page_index_agrees_with_a_full_binary_search() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for (n, spread) in [
-            (0, 1),
-            (10, 5),
-            (64, 1),
-            (1000, 3),
-            (5000, 200),
-            (3000, 1 << 20),
-        ] {
-            let mut addrs: Vec<u64> = Vec::with_capacity(n);
-            let mut a = 0x40_0000u64;
-            for i in 0..n {
-                // Mostly small steps, a few large gaps and some repeated addresses.
-                a += match i % 97 {
-                    0 => next() % (spread * 1000 + 1),
-                    1 | 2 => 0,
-                    _ => next() % (spread + 1),
-                };
-                addrs.push(a);
-            }
-            let index = PageIndex::new(addrs.iter().copied());
-            let hi = addrs.last().copied().unwrap_or(0x40_0000) + 100;
-            let mut probes: Vec<u64> = addrs.iter().flat_map(|&a| [a - 1, a, a + 1]).collect();
-            probes.extend([0, 1, 0x3f_ffff, hi, u64::MAX]);
-            probes.extend((0..2000).map(|_| 0x40_0000 + next() % (hi - 0x40_0000)));
-            for x in probes {
-                assert_eq!(
-                    index.partition_point(&addrs, x, |&a| a),
-                    addrs.partition_point(|&a| a <= x),
-                    "n {n}, spread {spread}, address {x:#x}"
-                );
-            }
-        }
     }
 }

@@ -17,6 +17,7 @@
 mod cache;
 pub mod demangle;
 pub(crate) mod elf;
+mod tables;
 pub mod unwind;
 
 use std::collections::HashMap;
@@ -296,7 +297,7 @@ impl Symbolizer {
             let mut names = m.names.lock().unwrap_or_else(|e| e.into_inner());
             let name = names
                 .entry(sym.start)
-                .or_insert_with(|| demangle::present(demangle::demangle(&sym.raw)));
+                .or_insert_with(|| demangle::present(demangle::demangle(sym.raw)));
             loc.function = Some(name.clone());
         }
         loc
@@ -310,7 +311,7 @@ impl Symbolizer {
 
     /// `lookup_position` with the symbol covering `addr` (and its module), whose runtime
     /// start goes to `function_start`.
-    fn lookup_symbol(&self, addr: u64) -> (Location, Option<(&Module, &elf::Sym)>) {
+    fn lookup_symbol(&self, addr: u64) -> (Location, Option<(&Module, elf::Sym<'_>)>) {
         let (mut loc, found) = self.lookup_position(addr);
         let sym = found.and_then(|(m, t)| Some((m, t.symbol(loc.offset)?)));
         loc.function_start = sym.map(|(m, sym)| sym.start.wrapping_add(m.info.load_bias));
@@ -321,7 +322,7 @@ impl Symbolizer {
     /// functions below `main` (stack traces with `--show-below-main=yes`).
     pub fn demangled_name(&self, addr: u64) -> Option<String> {
         let (_, sym) = self.lookup_symbol(addr).1?;
-        Some(demangle::demangle(&sym.raw))
+        Some(demangle::demangle(sym.raw))
     }
 
     /// [`Symbolizer::lookup_fast`] without the function (no symbol search, no demangling):
@@ -353,7 +354,7 @@ impl Symbolizer {
             return (loc, None);
         };
         if let Some((f, line)) = t.line(off) {
-            loc.file = t.files.get(f as usize).cloned();
+            loc.file = t.tables.files.get(f as usize).cloned();
             loc.line = line;
         }
         loc.section = t.section_kind(off);
