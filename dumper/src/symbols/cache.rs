@@ -12,8 +12,9 @@
 //! * The cache is only an accelerator: any failure to read or write it, or an entry that does
 //!   not decode completely, means building the tables as without it.
 //! * An entry is written whole (temporary file, then rename), so readers never see half of one.
-use super::tables::{Tables, MAGIC};
+use super::tables::{Bytes, Tables, MAGIC};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 fn dir() -> Option<PathBuf> {
     if std::env::var_os("RGRIND_SYMBOL_CACHE").is_some_and(|v| v == "0") {
@@ -73,11 +74,37 @@ pub(crate) fn key(image: &Path, build_id: Option<&[u8]>, debug: Option<&Path>) -
     Some(h.0)
 }
 
-/// The entry for `key`, if there is a complete one. Read, not mapped: lookups read the
-/// tables in place for the whole run, and a mapping would show in the guest's
-/// `/proc/self/maps` (which Rust programs parse at start-up, so their counts would change).
+/// Whether entries are mapped rather than read (`map_entries`).
+static MAP_ENTRIES: AtomicBool = AtomicBool::new(false);
+
+/// From now on, maps cache entries instead of reading them: for a tool to call once the guest
+/// can no longer read its `/proc/self/maps` (its exit). Until then entries are read, as
+/// the tables live for the rest of the run and a mapping would add lines to the guest's
+/// maps, which Rust programs parse at start-up (their counts would change with rgrind's
+/// cache). Mapped, a dump that loads the tables at exit (cachegrind's) touches only the
+/// pages of the symbols and rows it looks up: a Rust program's `--help` under cachegrind
+/// 27.8 ms read, 25.5 ms mapped.
+pub fn map_entries() {
+    MAP_ENTRIES.store(true, Ordering::Relaxed);
+}
+
+/// The entry for `key`, if there is a complete one.
 pub(crate) fn load(key: u64) -> Option<Tables> {
-    Tables::parse(std::fs::read(dir()?.join(format!("{key:016x}"))).ok()?, key)
+    let path = dir()?.join(format!("{key:016x}"));
+    let bytes = if MAP_ENTRIES.load(Ordering::Relaxed) {
+        Bytes::Mapped(map_entry(&std::fs::File::open(path).ok()?)?)
+    } else {
+        Bytes::Owned(std::fs::read(path).ok()?)
+    };
+    Tables::parse(bytes, key)
+}
+
+#[allow(unsafe_code)]
+fn map_entry(file: &std::fs::File) -> Option<memmap2::Mmap> {
+    // SAFETY: entries are never written in place (`store` writes a temporary file and renames
+    // it over the entry, `trim` unlinks), so the mapped file keeps its contents for as long
+    // as the mapping (and the tables reading it) live.
+    unsafe { memmap2::MmapOptions::new().map(file) }.ok()
 }
 
 /// Writes `bytes` (encoded tables) as the entry for `key` (best effort).

@@ -184,7 +184,7 @@ impl ModuleTables {
         if let Some(k) = key {
             cache::store(k, &bytes);
         }
-        let tables = Tables::parse(bytes, key.unwrap_or(0))
+        let tables = Tables::parse(tables::Bytes::Owned(bytes), key.unwrap_or(0))
             .ok_or_else(|| elf_err(path, "symbol tables too large"))?;
         Ok(ModuleTables {
             tables,

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
+pub use cache::map_entries as map_cache_entries;
 pub use elf::{InlinedFrame, SectionKind};
 
 use crate::error::DumpError;

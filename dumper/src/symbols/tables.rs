@@ -58,6 +58,22 @@ pub(crate) struct Row {
 /// The file index of a row that ends a sequence.
 pub(crate) const NO_FILE: u32 = u32::MAX;
 
+/// Where a table's bytes live: a mapped cache entry, or a buffer read or built in memory.
+pub(crate) enum Bytes {
+    Mapped(memmap2::Mmap),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Owned(v) => v,
+        }
+    }
+}
+
 /// A byte range of the buffer.
 #[derive(Debug, Clone, Copy, Default)]
 struct Span {
@@ -124,7 +140,7 @@ impl PageStarts {
 
 /// The tables of one module (see the module documentation for the layout).
 pub(crate) struct Tables {
-    bytes: Vec<u8>,
+    bytes: Bytes,
     syms: Span,
     sym_pages: Pages,
     rows: Span,
@@ -273,7 +289,7 @@ impl Layout<'_> {
 
 impl Tables {
     /// The tables in `bytes` if they are a complete entry for `key`.
-    pub(crate) fn parse(bytes: Vec<u8>, key: u64) -> Option<Tables> {
+    pub(crate) fn parse(bytes: Bytes, key: u64) -> Option<Tables> {
         let b: &[u8] = &bytes;
         if b.get(..8)? != MAGIC {
             return None;
@@ -432,6 +448,10 @@ impl Tables {
 mod tests {
     use super::*;
 
+    fn parse(bytes: Vec<u8>, key: u64) -> Option<Tables> {
+        Tables::parse(Bytes::Owned(bytes), key)
+    }
+
     fn rows_at(addrs: &[u64]) -> Vec<Row> {
         addrs
             .iter()
@@ -475,8 +495,7 @@ mod tests {
                 addrs.push(a);
             }
             let files = [Arc::from("f.c")];
-            let t =
-                Tables::parse(encode(1, &[], &[], &files, &rows_at(&addrs)), 1).expect("parses");
+            let t = parse(encode(1, &[], &[], &files, &rows_at(&addrs)), 1).expect("parses");
             let hi = addrs.last().copied().unwrap_or(0x40_0000) + 100;
             let mut probes: Vec<u64> = addrs.iter().flat_map(|&a| [a - 1, a, a + 1]).collect();
             probes.extend([0, 1, 0x3f_ffff, hi, u64::MAX]);
@@ -517,7 +536,7 @@ mod tests {
             line: 0,
         });
         let bytes = encode(7, &syms, &sections, &files, &rows);
-        let t = Tables::parse(bytes.clone(), 7).expect("parses");
+        let t = parse(bytes.clone(), 7).expect("parses");
         assert_eq!(
             (0..t.sym_count()).map(|i| t.sym(i)).collect::<Vec<_>>(),
             syms
@@ -534,21 +553,21 @@ mod tests {
         assert_eq!(t.line(0x2004), None, "past the end of the sequence");
         assert_eq!(t.line(0xfff), None, "before the table");
 
-        assert!(Tables::parse(bytes.clone(), 8).is_none(), "another key");
+        assert!(parse(bytes.clone(), 8).is_none(), "another key");
         assert!(
-            Tables::parse(bytes[..bytes.len() - 1].to_vec(), 7).is_none(),
+            parse(bytes[..bytes.len() - 1].to_vec(), 7).is_none(),
             "truncated"
         );
         let mut bad = bytes.clone();
         bad[16] = 0xff; // the symbol count: more than the entry holds
-        assert!(Tables::parse(bad, 7).is_none(), "corrupt count");
+        assert!(parse(bad, 7).is_none(), "corrupt count");
         let mut bad = bytes.clone();
         let first_name_len = 8 + 12 * 8 + 20;
         bad[first_name_len + 2] = 0xff; // a name running past the strings
-        assert!(Tables::parse(bad, 7).is_none(), "corrupt name");
+        assert!(parse(bad, 7).is_none(), "corrupt name");
         let mut bad = bytes;
         let strings_at = bad.len() - 8 - t.strings.len.next_multiple_of(8);
         bad[strings_at + 3] = 0xc3; // not UTF-8 any more
-        assert!(Tables::parse(bad, 7).is_none(), "corrupt text");
+        assert!(parse(bad, 7).is_none(), "corrupt text");
     }
 }

@@ -816,6 +816,9 @@ impl Tool for Cachegrind {
     }
 
     fn fini(&mut self, reason: FiniReason) {
+        if reason != FiniReason::Exec {
+            dumper::symbols::map_cache_entries();
+        }
         let (costs, totals) = self.collect();
         let named = self
             .opts

@@ -1391,8 +1391,11 @@ impl Tool for Callgrind {
     }
 
     fn fini(&mut self, reason: FiniReason) {
-        self.handle_triggers();
         // An exec that fails goes on running, to dump again later.
+        if reason != FiniReason::Exec {
+            dumper::symbols::map_cache_entries();
+        }
+        self.handle_triggers();
         self.dump_then_zero(None, false, reason == FiniReason::Exec);
         if self.quiet || reason == FiniReason::Exec {
             return;
