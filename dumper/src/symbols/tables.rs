@@ -145,7 +145,8 @@ pub(crate) struct Tables {
     sym_pages: Pages,
     rows: Span,
     row_pages: Pages,
-    strings: Span,
+    /// The names (a copy, checked once: a lookup takes its name with a bounds check only).
+    strings: String,
     /// Section ranges and kinds (few: decoded once).
     pub sections: Vec<(u64, u64, SectionKind)>,
     /// File names by row file index (few: decoded once, shared by every location).
@@ -324,6 +325,7 @@ impl Tables {
             return None;
         }
         let text = std::str::from_utf8(&b[strings.off..strings.off + strings.len]).ok()?;
+        let strings = text.to_owned();
         let name = |at: usize| -> Option<&str> {
             let (off, len) = (u32_at(b, at) as usize, u32_at(b, at + 4) as usize);
             text.get(off..off.checked_add(len)?)
@@ -366,20 +368,23 @@ impl Tables {
         self.rows.len / ROW_SIZE
     }
 
+    /// The start and end of symbol `i` (in start order).
+    fn sym_range(&self, i: usize) -> (u64, u64) {
+        let at = self.syms.off + i * SYM_SIZE;
+        (u64_at(&self.bytes, at), u64_at(&self.bytes, at + 8))
+    }
+
     /// Symbol `i` (in start order).
     pub(crate) fn sym(&self, i: usize) -> Sym<'_> {
         let b: &[u8] = &self.bytes;
         let at = self.syms.off + i * SYM_SIZE;
         let (off, len) = (u32_at(b, at + 16) as usize, u32_at(b, at + 20) as usize);
-        let off = self.strings.off + off;
+        let (start, end) = self.sym_range(i);
         Sym {
-            start: u64_at(b, at),
-            end: u64_at(b, at + 8),
+            start,
+            end,
             // `parse` checked every name; the fallback is unreachable.
-            raw: b
-                .get(off..off + len)
-                .and_then(|s| std::str::from_utf8(s).ok())
-                .unwrap_or(""),
+            raw: self.strings.get(off..off + len).unwrap_or(""),
         }
     }
 
@@ -432,8 +437,8 @@ impl Tables {
         // Nested symbols are rare; look back a few entries for one that contains addr.
         (idx.saturating_sub(8)..idx)
             .rev()
+            .find(|&i| addr < self.sym_range(i).1)
             .map(|i| self.sym(i))
-            .find(|s| addr < s.end)
     }
 
     /// The (file id, line) of `addr`, if the line table covers it.
@@ -566,7 +571,7 @@ mod tests {
         bad[first_name_len + 2] = 0xff; // a name running past the strings
         assert!(parse(bad, 7).is_none(), "corrupt name");
         let mut bad = bytes;
-        let strings_at = bad.len() - 8 - t.strings.len.next_multiple_of(8);
+        let strings_at = bad.len() - 8 - t.strings.len().next_multiple_of(8);
         bad[strings_at + 3] = 0xc3; // not UTF-8 any more
         assert!(parse(bad, 7).is_none(), "corrupt text");
     }
