@@ -10,6 +10,12 @@ use std::ffi::OsString;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// mimalloc, not glibc's malloc: translation, the tools' per-block records and the dump make
+/// hundreds of thousands of small allocations per run, and glibc's spent ~12% of a short
+/// callgrind run in them (ARCHITECTURE.md, "Allocator").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn fail(lines: &[String]) -> ! {
     for l in lines {
         eprintln!("rgrind: {l}");
