@@ -15,16 +15,23 @@
 use super::tables::{Bytes, Tables, MAGIC};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 
-fn dir() -> Option<PathBuf> {
-    if std::env::var_os("RGRIND_SYMBOL_CACHE").is_some_and(|v| v == "0") {
-        return None;
-    }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| home_dir().map(|h| h.join(".cache")))?;
-    Some(base.join("rgrind").join("symbols"))
+/// Found once per run: every module's load asked again, which in an empty environment
+/// read `/etc/passwd` each time.
+fn dir() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if std::env::var_os("RGRIND_SYMBOL_CACHE").is_some_and(|v| v == "0") {
+            return None;
+        }
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| home_dir().map(|h| h.join(".cache")))?;
+        Some(base.join("rgrind").join("symbols"))
+    })
+    .as_deref()
 }
 
 /// `$HOME`, else the effective user's home in `/etc/passwd`: benchmark harnesses run the
@@ -110,7 +117,7 @@ fn map_entry(file: &std::fs::File) -> Option<memmap2::Mmap> {
 /// Writes `bytes` (encoded tables) as the entry for `key` (best effort).
 pub(crate) fn store(key: u64, bytes: &[u8]) {
     let Some(dir) = dir() else { return };
-    if std::fs::create_dir_all(&dir).is_err() {
+    if std::fs::create_dir_all(dir).is_err() {
         return;
     }
     let path = dir.join(format!("{key:016x}"));
@@ -118,7 +125,7 @@ pub(crate) fn store(key: u64, bytes: &[u8]) {
     if std::fs::write(&tmp, bytes).is_ok() && std::fs::rename(&tmp, &path).is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
-    trim(&dir, &path, TRIM_ABOVE, TRIM_TO);
+    trim(dir, &path, TRIM_ABOVE, TRIM_TO);
 }
 
 /// The cache's size that makes a store trim it, and the size it trims it to. Every rebuild
