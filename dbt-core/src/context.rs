@@ -153,6 +153,9 @@ pub struct ThreadContext {
     pub helper_step_resume: u64,
     pub instr_flags: u64,
     pub instr_scratch: [u64; 6],
+    /// Per group of data checks, the last L1 miss's line and its distance from the one
+    /// before (`instrument::emit::prefetch_stream`).
+    pub miss_streams: [[u64; 2]; MISS_STREAMS],
     /// A vector register stored by the out-of-line address of an element-wise access, to
     /// read one element (`instrument::emit::element_address`).
     pub lane_scratch: [u64; 8],
@@ -196,6 +199,9 @@ pub const OFF_HELPER_STEP_RESUME: usize = offset_of!(ThreadContext, helper_step_
 pub const OFF_STEPPING: usize = offset_of!(ThreadContext, stepping);
 pub const OFF_INSTR_FLAGS: usize = offset_of!(ThreadContext, instr_flags);
 pub const OFF_INSTR_SCRATCH: usize = offset_of!(ThreadContext, instr_scratch);
+pub const OFF_MISS_STREAMS: usize = offset_of!(ThreadContext, miss_streams);
+/// Entries of `ThreadContext::miss_streams` (a power of two).
+pub const MISS_STREAMS: usize = 64;
 pub const OFF_LANE_SCRATCH: usize = offset_of!(ThreadContext, lane_scratch);
 pub const OFF_SCAN_SAVED_RSP: usize = offset_of!(ThreadContext, scan_saved_rsp);
 pub const OFF_SCAN_STACK_TOP: usize = offset_of!(ThreadContext, scan_stack_top);

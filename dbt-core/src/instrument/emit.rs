@@ -53,6 +53,7 @@ const IS2: i32 = OFF_INSTR_SCRATCH as i32 + 16;
 const IS3: i32 = OFF_INSTR_SCRATCH as i32 + 24;
 const IS4: i32 = OFF_INSTR_SCRATCH as i32 + 32;
 const LANES: i32 = OFF_LANE_SCRATCH as i32;
+const STREAMS: i32 = OFF_MISS_STREAMS as i32;
 const FLAGS: i32 = OFF_INSTR_FLAGS as i32;
 const ARG0: i32 = OFF_HELPER_ARGS as i32;
 const ARG1: i32 = OFF_HELPER_ARGS as i32 + 8;
@@ -3626,6 +3627,41 @@ fn one_line_or(a: &mut Asm, cache: MruCache, straddle: DynamicLabel) {
     );
 }
 
+/// The guest's own line comes after the simulator's LL lookup; for a walk over memory that
+/// the host's caches do not hold (`stride`: each step ~25 ns of the walk's ~50 waited on the
+/// guest's line although the miss path asked for it) the line arrives too late. With rax =
+/// the line of an L1 data miss that the LL's MRU way does not hold (rcx, rdx and the flags
+/// free), this prefetches the line eight steps on when the miss's distance from the previous
+/// one of its check repeats the distance before: a stream, as the host's own prefetchers
+/// would see it without the simulator's work between the guest's accesses. Checks share
+/// `ThreadContext::miss_streams` by the low bits of their address (a shared routine's
+/// return address); a check with its own copy of the miss path takes the next entry in
+/// turn. Random accesses (`chase`) rarely repeat a distance and prefetch nothing.
+fn prefetch_stream(a: &mut Asm, cache: MruCache, in_routine: bool) {
+    const MASK: i32 = (MISS_STREAMS as i32 - 1) * 16;
+    static NEXT_SITE: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+    if in_routine {
+        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rsp] ; and ecx, MASK);
+    } else {
+        let site = NEXT_SITE.fetch_add(16, core::sync::atomic::Ordering::Relaxed) & MASK;
+        dynasm!(a ; .arch x64 ; mov ecx, site);
+    }
+    let skip = a.new_dynamic_label();
+    dynasm!(a
+        ; .arch x64
+        ; mov rdx, rax
+        ; gs sub rdx, QWORD [rcx + STREAMS]
+        ; gs mov QWORD [rcx + STREAMS], rax
+        ; gs cmp rdx, QWORD [rcx + STREAMS + 8]
+        ; gs mov QWORD [rcx + STREAMS + 8], rdx
+        ; jne =>skip
+        ; lea rdx, [rax + rdx * 8]
+        ; shl rdx, cache.line_bits as i8
+        ; prefetcht0 [rdx]
+        ; =>skip
+    );
+}
+
 /// A shared routine's call of the integer-only `helper` for a data access across two lines
 /// (what `data_slow` does per check, from the access's address), from rax = the line of its
 /// last byte: it passes the bytes `(rax << line_bits) - 1` and the next one, which touch the
@@ -3772,9 +3808,12 @@ fn scan_and_miss(
             }
         }
     }
+    dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS3]);
+    if line == GuestLine::Data {
+        prefetch_stream(a, cache, in_routine);
+    }
     dynasm!(a
         ; .arch x64
-        ; gs mov rax, QWORD [IS3]
         ; shl rax, cache.line_bits as i8
         ; gs mov QWORD [ARG1], rax
     );
