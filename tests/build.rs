@@ -77,6 +77,7 @@ const GUESTS: &[Guest] = &[
     g("jit", "jit.c", &[]),
     g("jitthreads", "jitthreads.c", &["-pthread"]),
     g("denseloads", "denseloads.c", &[]),
+    g("farstreams", "farstreams.c", &[]),
     g("flagfault", "flagfault.c", &[]),
     g("jitdiscard", "jitdiscard.c", &["-pthread"]),
     g("forkthreads", "forkthreads.c", &["-pthread"]),
