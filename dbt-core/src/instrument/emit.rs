@@ -3630,8 +3630,8 @@ fn one_line_or(a: &mut Asm, cache: MruCache, straddle: DynamicLabel) {
 /// The guest's own line comes after the simulator's LL lookup; for a walk over memory that
 /// the host's caches do not hold (`stride`: each step ~25 ns of the walk's ~50 waited on the
 /// guest's line although the miss path asked for it) the line arrives too late. With rax =
-/// the line of an L1 data miss that the LL's MRU way does not hold (rcx, rdx and the flags
-/// free), this prefetches the line eight steps on when the miss's distance from the previous
+/// the line of an L1 data miss that the LL's MRU way does not hold (every L1 data miss
+/// where the code has no MRU test of its own; rcx, rdx and the flags free), this prefetches the line eight steps on when the miss's distance from the previous
 /// one of its check repeats the distance before: a stream, as the host's own prefetchers
 /// would see it without the simulator's work between the guest's accesses. Checks share
 /// `ThreadContext::miss_streams` by the low bits of their address (a shared routine's

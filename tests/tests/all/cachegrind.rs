@@ -117,8 +117,9 @@ fn self_loops_count_every_iteration() {
     }
 }
 
-/// Ir per (file name, line) of a profile.
-fn file_lines(text: &str) -> BTreeMap<(String, u32), u64> {
+/// All events per (file name, line) of a profile, summed over the functions that share a
+/// line.
+fn file_line_events(text: &str) -> BTreeMap<(String, u32), Vec<u64>> {
     let mut file = String::new();
     let mut out = BTreeMap::new();
     for l in text.lines() {
@@ -127,10 +128,24 @@ fn file_lines(text: &str) -> BTreeMap<(String, u32), u64> {
         } else if l.starts_with(|c: char| c.is_ascii_digit()) {
             let mut it = l.split(' ').map(|x| x.parse::<u64>().unwrap());
             let line = it.next().unwrap() as u32;
-            *out.entry((file.clone(), line)).or_insert(0) += it.next().unwrap();
+            let sums: &mut Vec<u64> = out.entry((file.clone(), line)).or_default();
+            for (k, v) in it.enumerate() {
+                if sums.len() <= k {
+                    sums.push(0);
+                }
+                sums[k] += v;
+            }
         }
     }
     out
+}
+
+/// Ir per (file name, line) of a profile.
+fn file_lines(text: &str) -> BTreeMap<(String, u32), u64> {
+    file_line_events(text)
+        .into_iter()
+        .map(|(at, events)| (at, events[0]))
+        .collect()
 }
 
 /// Consecutive line ranges with one line number are one range, in the first one's file, as
@@ -419,24 +434,11 @@ fn dense_data_checks_fit_their_translation() {
 
 /// All events per line of one source file of a profile.
 fn events_of_file(text: &str, file: &str) -> BTreeMap<u32, Vec<u64>> {
-    let mut in_file = false;
-    let mut out = BTreeMap::new();
-    for l in text.lines() {
-        if let Some(f) = l.strip_prefix("fl=") {
-            in_file = f.rsplit('/').next() == Some(file);
-        } else if in_file && l.starts_with(|c: char| c.is_ascii_digit()) {
-            let mut it = l.split(' ').map(|x| x.parse::<u64>().unwrap());
-            let line = it.next().unwrap() as u32;
-            let sums: &mut Vec<u64> = out.entry(line).or_default();
-            for (k, v) in it.enumerate() {
-                if sums.len() <= k {
-                    sums.push(0);
-                }
-                sums[k] += v;
-            }
-        }
-    }
-    out
+    file_line_events(text)
+        .into_iter()
+        .filter(|((f, _), _)| f == file)
+        .map(|((_, line), events)| (line, events))
+        .collect()
 }
 
 /// The miss path's stream prefetch (`emit::prefetch_stream`) aims eight distances past a
