@@ -110,19 +110,25 @@ impl Cache {
         &self.flat
     }
 
-    /// All tags, row-major by set, way 0 = MRU (for inspection and tests).
-    pub fn tags(&self) -> &[u64] {
-        self.flat.tags()
+    /// All tags, row-major by set, way 0 = MRU, without the rows' padding (for inspection
+    /// and tests).
+    pub fn tags(&self) -> Vec<u64> {
+        self.rows().flatten().copied().collect()
+    }
+
+    /// Each set's ways, MRU first.
+    fn rows(&self) -> impl Iterator<Item = &[u64]> {
+        let assoc = self.flat.assoc() as usize;
+        self.flat
+            .tags()
+            .chunks_exact((self.flat.row_bytes() / 8) as usize)
+            .map(move |row| &row[..assoc])
     }
 
     /// The tags of the set that `addr` maps to, MRU first.
     pub fn set_of(&self, addr: u64) -> &[u64] {
         let set = (addr >> self.flat.line_bits()) & self.flat.set_mask();
-        let assoc = self.flat.assoc() as usize;
-        self.tags()
-            .chunks_exact(assoc)
-            .nth(set as usize)
-            .unwrap_or(&[])
+        self.rows().nth(set as usize).unwrap_or(&[])
     }
 
     /// The inline fast-path check, done safely: `true` if `[addr, addr+size-1]` lies in one
@@ -144,10 +150,11 @@ impl Cache {
     pub fn access(&mut self, addr: u64, size: u64) -> bool {
         let set_mask = self.flat.set_mask();
         let assoc = self.flat.assoc() as usize;
+        let row_ways = (self.flat.row_bytes() / 8) as usize;
         let line_size = u64::from(self.geometry.line_size);
         let tags = self.flat.tags_mut();
         access_lines(addr, size, line_size, |line| {
-            let start = ((line & set_mask) as usize).wrapping_mul(assoc);
+            let start = ((line & set_mask) as usize).wrapping_mul(row_ways);
             match tags.get_mut(start..start.wrapping_add(assoc)) {
                 Some(row) => set_ref_is_miss(row, line),
                 // Unreachable: set <= set_mask < sets and the array has sets rows (FlatCache

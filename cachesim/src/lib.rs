@@ -32,11 +32,11 @@
 //!
 //! | offset | const | field |
 //! |---|---|---|
-//! | 0 | [`FlatCache::TAGS_OFFSET`] | `*const u64` tag array: `sets * assoc` tags, row-major by set, way 0 = MRU |
+//! | 0 | [`FlatCache::TAGS_OFFSET`] | `*const u64` tag array: `sets` rows of `row_bytes / 8` tags, way 0 = MRU, ways past `assoc` unused |
 //! | 8 | [`FlatCache::SET_MASK_OFFSET`] | `u64` `sets - 1` |
 //! | 16 | [`FlatCache::LINE_BITS_OFFSET`] | `u64` `log2(line_size)` |
 //! | 24 | [`FlatCache::ASSOC_OFFSET`] | `u64` ways |
-//! | 32 | [`FlatCache::ROW_BYTES_OFFSET`] | `u64` `assoc * 8` |
+//! | 32 | [`FlatCache::ROW_BYTES_OFFSET`] | `u64` `assoc` rounded up to a power of two, times 8 |
 //!
 //! A [`Hierarchy`] is always boxed; its I1 and D1 flat parts are at
 //! [`Hierarchy::I1_FLAT_OFFSET`] and [`Hierarchy::D1_FLAT_OFFSET`] from the box's address.
@@ -50,7 +50,7 @@
 //!
 //! ```text
 //! line = addr >> line_bits
-//! if ((addr + size - 1) >> line_bits) == line && tags[(line & set_mask) * assoc] == line {
+//! if ((addr + size - 1) >> line_bits) == line && tags[(line & set_mask) * row_bytes / 8] == line {
 //!     hit: change nothing, count the access only
 //! } else {
 //!     outcome = cachesim_fetch(hierarchy, addr, size)   // I1 (+LL); or cachesim_data for D1

@@ -1036,7 +1036,7 @@ impl Plan {
         let last = (addr + len - 1) >> cache.line_bits;
         let lines: Vec<(u64, u64)> = [line, last][..1 + usize::from(last != line)]
             .iter()
-            .map(|&l| (l, cache.tags + (l & cache.set_mask) * cache.assoc * 8))
+            .map(|&l| (l, cache.tags + (l & cache.set_mask) * cache.row_bytes))
             .collect();
         if !self.live[i] && lines.iter().all(|&(_, tag)| tag + 8 <= 1 << 31) {
             // Flags dead and the tags within 32-bit reach: compare in memory, no register.
@@ -1157,16 +1157,19 @@ impl Plan {
                 dynasm!(a ; .arch x64 ; lea Rq(l), [Rq(w) + last]);
             }
             dynasm!(a ; .arch x64 ; shr Rq(l), bits);
-            // w = byte offset of the first byte's set row. The line of the last byte is compared
-            // with that row's MRU tag: equal only if the access lies in one line (a tag in set s
-            // is s modulo the set count, and the next line belongs to the next set), so no
-            // separate straddle test, except with a single set.
+            // w = byte offset of the first byte's set row (or that divided by `row_scale`,
+            // which the compare's addressing mode puts back). The line of the last byte is
+            // compared with that row's MRU tag: equal only if the access lies in one line (a
+            // tag in set s is s modulo the set count, and the next line belongs to the next
+            // set), so no separate straddle test, except with a single set.
             let set_bits = cache.set_mask << cache.line_bits;
-            let row = cache.assoc * 8;
+            let row = cache.row_bytes;
             match (i32::try_from(set_bits), cache.set_mask) {
                 (Ok(sb), 1..) => {
                     dynasm!(a ; .arch x64 ; and Rd(w), DWORD sb);
-                    scale_to_row(a, w, cache);
+                    if row_scale(cache).is_none() {
+                        scale_to_row(a, w, cache);
+                    }
                 }
                 _ => {
                     // A single set or a huge one: the straddle test first, then the row by
@@ -1182,8 +1185,16 @@ impl Plan {
                 }
             }
             let tags_end = (cache.set_mask + 1) * row + cache.tags;
-            if tags_end <= 1 << 31 {
-                dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) + cache.tags as i32]);
+            let tg = cache.tags as i32;
+            if let Some(scale) = row_scale(cache) {
+                match scale {
+                    2 => dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) * 2 + tg]),
+                    4 => dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) * 4 + tg]),
+                    8 => dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) * 8 + tg]),
+                    _ => dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) + tg]),
+                }
+            } else if tags_end <= 1 << 31 {
+                dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) + tg]);
             } else {
                 let tags = self.literal(a, cache.tags);
                 dynasm!(a
@@ -2815,6 +2826,9 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 Some(line_row),
             ) = (after_miss, line_row)
             {
+                if let Some(scale) = row_scale(cache) {
+                    scale_row(a, line_row.1, scale);
+                }
                 data_way1(a, cache, line_row, back);
                 if data_scan(a, cache, (helper, am, shared), line_row, back) {
                     return Ok(());
@@ -2879,7 +2893,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 .then(|| shared_data_scan(cache, after_miss, GuestLine::Code))
                 .flatten();
             if let Some(routine) = shared {
-                let row = cache.tags + (first & cache.set_mask) * cache.assoc * 8;
+                let row = cache.tags + (first & cache.set_mask) * cache.row_bytes;
                 dynasm!(a
                     ; .arch x64
                     ; mov rcx, QWORD row as i64
@@ -2904,7 +2918,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], 0);
             }
             for line in [first, last].into_iter().take(1 + usize::from(straddle)) {
-                let row = cache.tags + (line & cache.set_mask) * cache.assoc * 8;
+                let row = cache.tags + (line & cache.set_mask) * cache.row_bytes;
                 dynasm!(a
                     ; .arch x64
                     ; mov rcx, QWORD row as i64
@@ -3150,7 +3164,7 @@ fn data_slow(
             ; jne =>straddle
             ; mov rcx, rdx
             ; and rcx, DWORD cache.set_mask as i32
-            ; imul rcx, rcx, (cache.assoc * 8) as i32
+            ; imul rcx, rcx, cache.row_bytes as i32
             ; mov rdx, QWORD cache.tags as i64
             ; add rcx, rdx
         );
@@ -3337,23 +3351,14 @@ fn store_vector(a: &mut Asm, reg: Register) -> Result<(), String> {
 }
 
 /// `w` = a set number shifted left by the line bits (`addr & set_mask << line_bits`)
-/// becomes that set's byte offset in the tag array (flags clobbered).
+/// becomes that set's byte offset in the tag array (flags clobbered). `cachesim::FlatCache`
+/// rows are a power of two of bytes; a shift does it.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(w)` converts the register number
 fn scale_to_row(a: &mut Asm, w: u8, cache: MruCache) {
-    let bits = cache.line_bits as i8;
-    let row = cache.assoc * 8;
-    let (row_log, line_log) = (row.trailing_zeros() as i8, bits);
-    // Rows of 3, 5 or 9 times a power of two (12-way caches: the hosts' 48 KiB D1) by `lea`
-    // and a shift, off the check's critical path's `imul`.
-    let odd = row >> row_log;
-    match odd {
-        3 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 2]),
-        5 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 4]),
-        9 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) + Rq(w) * 8]),
-        _ => {}
-    }
-    if !row.is_power_of_two() && !matches!(odd, 3 | 5 | 9) {
-        dynasm!(a ; .arch x64 ; shr Rq(w), bits ; imul Rq(w), Rq(w), row as i32);
+    let row = cache.row_bytes;
+    let (row_log, line_log) = (row.trailing_zeros() as i8, cache.line_bits as i8);
+    if !row.is_power_of_two() {
+        dynasm!(a ; .arch x64 ; shr Rq(w), line_log ; imul Rq(w), Rq(w), row as i32);
     } else if row_log > line_log {
         dynasm!(a ; .arch x64 ; shl Rq(w), row_log - line_log);
     } else if row_log < line_log {
@@ -3366,10 +3371,33 @@ fn scale_to_row(a: &mut Asm, w: u8, cache: MruCache) {
 /// row offsets fit in 32 bits, all below 2 GiB): `data_slow` can then reuse the line and
 /// row the check computed.
 fn near_rows(cache: MruCache) -> bool {
-    let row = cache.assoc * 8;
     i32::try_from(cache.set_mask << cache.line_bits).is_ok()
         && cache.set_mask >= 1
-        && (cache.set_mask + 1) * row + cache.tags <= 1 << 31
+        && (cache.set_mask + 1) * cache.row_bytes + cache.tags <= 1 << 31
+}
+
+/// `w *= scale` (1, 2, 4 or 8), flag-free.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(w)` converts the register number
+fn scale_row(a: &mut Asm, w: u8, scale: i32) {
+    match scale {
+        2 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) * 2]),
+        4 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) * 4]),
+        8 => dynasm!(a ; .arch x64 ; lea Rq(w), [Rq(w) * 8]),
+        _ => {}
+    }
+}
+
+/// With `near_rows`, the addressing mode's scale that takes `(line & set_mask) <<
+/// line_bits` to the set's row offset, when there is one (rows of a power of two of bytes,
+/// one to eight lines' worth: the padded rows of `cachesim::FlatCache`). The inline data
+/// check then leaves that unscaled value in its second register, and the out-of-line part
+/// scales it first (`SlowKind::Data`'s `line_row`).
+fn row_scale(cache: MruCache) -> Option<i32> {
+    let (row_log, line_log) = (cache.row_bytes.trailing_zeros(), cache.line_bits);
+    (near_rows(cache)
+        && cache.row_bytes.is_power_of_two()
+        && (line_log..=line_log + 3).contains(&row_log))
+    .then(|| 1 << (row_log - line_log))
 }
 
 /// After an L1 miss (the flags free, rax = the LL line, rcx and rdx free): if the line is
@@ -3384,7 +3412,7 @@ fn ll_mru_hit(
     call: DynamicLabel,
     done: DynamicLabel,
 ) {
-    let stride = (ll.assoc * 8) as i32;
+    let stride = ll.row_bytes as i32;
     dynasm!(a
         ; .arch x64
         ; mov rcx, QWORD ll.set_mask as i64

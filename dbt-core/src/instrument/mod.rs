@@ -191,14 +191,16 @@ pub struct Helper {
 }
 
 /// The constants of a cache level's flat layout used by the inline MRU-way check: the tag
-/// array (row-major by set, way 0 = most recently used), `sets - 1`, `log2(line)`, ways.
-/// The tag array address must stay valid for the whole run.
+/// array (row-major by set, way 0 = most recently used), `sets - 1`, `log2(line)`, ways,
+/// and the bytes from one set's row to the next (at least `assoc * 8`; the ways past
+/// `assoc` are padding). The tag array address must stay valid for the whole run.
 #[derive(Clone, Copy, Debug)]
 pub struct MruCache {
     pub tags: u64,
     pub set_mask: u64,
     pub line_bits: u32,
     pub assoc: u64,
+    pub row_bytes: u64,
 }
 
 /// The LL's tag rows as a prefetch hint: set `s`'s row starts at `base + s * row_bytes`.
@@ -234,7 +236,7 @@ pub struct AfterMiss {
     /// The levels behind L1: `helper(helper.arg0, addr, size)`.
     pub helper: Helper,
     /// The LL's MRU tags, if the generated code may look there first: `tags` is set 0's MRU
-    /// tag, `assoc * 8` the distance between sets' MRU tags (a per-set copy has `assoc` 1).
+    /// tag, `row_bytes` the distance between sets' MRU tags (8 in a per-set copy).
     /// A line found there is an LL hit that changes no LL state, so the code only counts it
     /// as `ll_hit` says — which must be all the helper does in that case — and skips the
     /// call. Requires `whole_lines`.

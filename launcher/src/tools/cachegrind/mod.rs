@@ -270,6 +270,7 @@ pub(crate) fn build_caches(
         set_mask: u64::from(ll.sets()) - 1,
         line_bits: ll.line_size.trailing_zeros(),
         assoc: ll_stride,
+        row_bytes: ll_stride * 8,
     });
     let (rows, row_bytes) = h.ll().rows_ptr();
     let ll_rows = whole_lines.then_some(LlRows {
@@ -319,6 +320,7 @@ fn mru(flat: *const cachesim::FlatCache) -> MruCache {
         set_mask: f.set_mask(),
         line_bits: f.line_bits(),
         assoc: f.assoc(),
+        row_bytes: f.row_bytes(),
     }
 }
 
