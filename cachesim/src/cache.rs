@@ -294,6 +294,22 @@ mod tests {
     }
 
     #[test]
+    fn rows_of_twelve_ways_are_padded_to_sixteen_and_the_padding_stays_empty() {
+        let mut c = cache(4 * 12 * 64, 12, 64); // 4 sets, 12 ways
+        assert_eq!(c.flat().row_bytes(), 128);
+        assert_eq!(c.flat().tags().len(), 4 * 16);
+        let stride = 4 * 64u64;
+        for k in 1..=13u64 {
+            c.access(k * stride, 1);
+        }
+        let set0: Vec<u64> = (2..=13).rev().map(|k| k * 4).collect();
+        assert_eq!(c.set_of(0), set0.as_slice());
+        assert!(c.flat().tags()[12..16].iter().all(|&t| t == 0));
+        assert_eq!(c.tags().len(), 4 * 12);
+        assert!(c.is_mru_hit(13 * stride, 1));
+    }
+
+    #[test]
     fn line_zero_hits_initially_like_valgrind() {
         let mut c = cache(32768, 8, 64);
         assert!(c.is_mru_hit(0, 8));
