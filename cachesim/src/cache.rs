@@ -113,22 +113,24 @@ impl Cache {
     /// All tags, row-major by set, way 0 = MRU, without the rows' padding (for inspection
     /// and tests).
     pub fn tags(&self) -> Vec<u64> {
-        self.rows().flatten().copied().collect()
+        (0..=self.flat.set_mask())
+            .flat_map(|set| self.row(set))
+            .copied()
+            .collect()
     }
 
-    /// Each set's ways, MRU first.
-    fn rows(&self) -> impl Iterator<Item = &[u64]> {
-        let assoc = self.flat.assoc() as usize;
+    /// The ways of set `set`, MRU first (empty past the last set).
+    fn row(&self, set: u64) -> &[u64] {
+        let start = set as usize * (self.flat.row_bytes() / 8) as usize;
         self.flat
             .tags()
-            .chunks_exact((self.flat.row_bytes() / 8) as usize)
-            .map(move |row| &row[..assoc])
+            .get(start..start + self.flat.assoc() as usize)
+            .unwrap_or(&[])
     }
 
     /// The tags of the set that `addr` maps to, MRU first.
     pub fn set_of(&self, addr: u64) -> &[u64] {
-        let set = (addr >> self.flat.line_bits()) & self.flat.set_mask();
-        self.rows().nth(set as usize).unwrap_or(&[])
+        self.row((addr >> self.flat.line_bits()) & self.flat.set_mask())
     }
 
     /// The inline fast-path check, done safely: `true` if `[addr, addr+size-1]` lies in one

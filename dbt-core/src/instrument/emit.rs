@@ -1164,10 +1164,11 @@ impl Plan {
             // set), so no separate straddle test, except with a single set.
             let set_bits = cache.set_mask << cache.line_bits;
             let row = cache.row_bytes;
+            let scale = row_scale(cache);
             match (i32::try_from(set_bits), cache.set_mask) {
                 (Ok(sb), 1..) => {
                     dynasm!(a ; .arch x64 ; and Rd(w), DWORD sb);
-                    if row_scale(cache).is_none() {
+                    if scale.is_none() {
                         scale_to_row(a, w, cache);
                     }
                 }
@@ -1186,7 +1187,7 @@ impl Plan {
             }
             let tags_end = (cache.set_mask + 1) * row + cache.tags;
             let tg = cache.tags as i32;
-            if let Some(scale) = row_scale(cache) {
+            if let Some(scale) = scale {
                 match scale {
                     2 => dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) * 2 + tg]),
                     4 => dynasm!(a ; .arch x64 ; cmp Rq(l), QWORD [Rq(w) * 4 + tg]),
@@ -3351,8 +3352,8 @@ fn store_vector(a: &mut Asm, reg: Register) -> Result<(), String> {
 }
 
 /// `w` = a set number shifted left by the line bits (`addr & set_mask << line_bits`)
-/// becomes that set's byte offset in the tag array (flags clobbered). `cachesim::FlatCache`
-/// rows are a power of two of bytes; a shift does it.
+/// becomes that set's byte offset in the tag array (flags clobbered): a shift for rows of a
+/// power of two of bytes (every `cachesim::FlatCache`), else a multiplication.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(w)` converts the register number
 fn scale_to_row(a: &mut Asm, w: u8, cache: MruCache) {
     let row = cache.row_bytes;
@@ -3659,9 +3660,10 @@ fn one_line_or(a: &mut Asm, cache: MruCache, straddle: DynamicLabel) {
 /// the host's caches do not hold (`stride`: each step ~25 ns of the walk's ~50 waited on the
 /// guest's line although the miss path asked for it) the line arrives too late. With rax =
 /// the line of an L1 data miss that the LL's MRU way does not hold (every L1 data miss
-/// where the code has no MRU test of its own; rcx, rdx and the flags free), this prefetches the line eight steps on when the miss's distance from the previous
-/// one of its check repeats the distance before: a stream, as the host's own prefetchers
-/// would see it without the simulator's work between the guest's accesses. Checks share
+/// where the code has no MRU test of its own; rcx, rdx and the flags free), this
+/// prefetches the line eight steps on when the miss's distance from the previous one of
+/// its check repeats the distance before: a stream, as the host's own prefetchers would
+/// see it without the simulator's work between the guest's accesses. Checks share
 /// `ThreadContext::miss_streams` by the low bits of their address (a shared routine's
 /// return address); a check with its own copy of the miss path takes the next entry in
 /// turn. Random accesses (`chase`) rarely repeat a distance and prefetch nothing.
