@@ -98,6 +98,7 @@ const GUESTS: &[Guest] = &[
     g("persona", "persona.c", &[]),
     g("addrloop", "addrloop.c", &[]),
     g("addrorder", "addrorder.c", &[]),
+    g("llwalk", "llwalk.c", &[]),
     g("straddle", "straddle.c", &[]),
     g("names-legacy", "names.rs", &[]),
     g(

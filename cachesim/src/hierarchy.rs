@@ -94,6 +94,12 @@ impl Hierarchy {
     /// Byte offset of D1's [`FlatCache`] inside a `Hierarchy`.
     pub const D1_FLAT_OFFSET: usize = offset_of!(Hierarchy, d1) + Self::CACHE_FLAT_OFFSET;
     const CACHE_FLAT_OFFSET: usize = Cache::FLAT_OFFSET;
+    /// Byte offsets of the parts [`crate::raw::l1_part`] and [`crate::raw::ll_part`] reach
+    /// without a reference to the whole hierarchy.
+    pub(crate) const I1_OFFSET: usize = offset_of!(Hierarchy, i1);
+    pub(crate) const D1_OFFSET: usize = offset_of!(Hierarchy, d1);
+    pub(crate) const LL_OFFSET: usize = offset_of!(Hierarchy, ll);
+    pub(crate) const MIN_LINE_OFFSET: usize = offset_of!(Hierarchy, min_line_size);
 
     /// Builds an empty hierarchy after checking each geometry like Valgrind.
     pub fn new(

@@ -36,7 +36,9 @@ use core::mem::offset_of;
 use core::ptr::NonNull;
 
 use crate::branch::BranchPredictor;
-use crate::hierarchy::Hierarchy;
+use crate::cache::Cache;
+use crate::hierarchy::{Hierarchy, L1Level};
+use crate::last_level::LastLevel;
 
 /// The part of one cache level that inline code reads: `#[repr(C)]`, field offsets below.
 ///
@@ -374,6 +376,43 @@ pub unsafe extern "C" fn cachesim_ll_after_l1_miss(
     // SAFETY: the caller guarantees a valid, exclusively accessible Hierarchy.
     let h = unsafe { &mut *hierarchy };
     h.ll_after_l1_miss(addr, size) as u32
+}
+
+/// The L1 part alone of [`Hierarchy::fetch`] (`level` I1) or [`Hierarchy::data`] (D1):
+/// `true` on an L1 miss, whose LL part [`ll_part`] does, in the same order relative to the
+/// other LL parts. Reaches the level by offset, without a reference to the whole hierarchy,
+/// so that another thread may run LL parts meanwhile. Panic- and allocation-free.
+///
+/// # Safety
+/// `hierarchy` points to a live hierarchy (from `Box::into_raw`) whose `level` cache nothing
+/// else accesses during the call.
+#[inline]
+pub unsafe fn l1_part(hierarchy: *mut Hierarchy, level: L1Level, addr: u64, size: u64) -> bool {
+    let base = hierarchy.cast::<u8>();
+    // SAFETY: (caller) live; `min_line_size` is never written after `new`.
+    let min_line = unsafe { *base.add(Hierarchy::MIN_LINE_OFFSET).cast::<u64>() };
+    let offset = match level {
+        L1Level::I1 => Hierarchy::I1_OFFSET,
+        L1Level::D1 => Hierarchy::D1_OFFSET,
+    };
+    // SAFETY: (caller) the level, a `Cache` at its offset, is ours alone for the call.
+    let l1 = unsafe { &mut *base.add(offset).cast::<Cache>() };
+    l1.access(addr, size.max(1).min(min_line))
+}
+
+/// The LL part of an access whose L1 part missed ([`l1_part`]): `true` on an LL miss.
+/// Panic- and allocation-free.
+///
+/// # Safety
+/// `hierarchy` points to a live hierarchy whose LL nothing else accesses during the call.
+#[inline]
+pub unsafe fn ll_part(hierarchy: *mut Hierarchy, addr: u64, size: u64) -> bool {
+    let base = hierarchy.cast::<u8>();
+    // SAFETY: as in `l1_part`.
+    let min_line = unsafe { *base.add(Hierarchy::MIN_LINE_OFFSET).cast::<u64>() };
+    // SAFETY: (caller) the LL at its offset is ours alone for the call.
+    let ll = unsafe { &mut *base.add(Hierarchy::LL_OFFSET).cast::<LastLevel>() };
+    ll.access(addr, size.max(1).min(min_line))
 }
 
 /// The L1 part of a single-line access done through the raw flat layout, step by step as the

@@ -30,8 +30,8 @@
 //! requests are emitted on their own; only held flags carry over).
 use super::calltrack::{EXIT_OTHER, EXIT_RET};
 use super::{
-    AddressTerm, AfterMiss, BlockView, CallArg, DataRef, Helper, LaneRef, LlHitCount, MaskedOff,
-    MemAccess, MruCache, Op,
+    AddressTerm, AfterMiss, BlockView, CallArg, DataRef, Helper, LaneRef, LlHitCount, LlQueue,
+    MaskedOff, MemAccess, MruCache, Op,
 };
 use super::{Instrumenter, RepKind};
 use crate::asm::Asm;
@@ -2947,6 +2947,23 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 );
             }
             dynasm!(a ; .arch x64 ; =>call_ll);
+            if let (Some(q), false, true) = (after_miss.queue, straddle, after_miss.whole_lines) {
+                if let Some(ll) = after_miss.ll_mru {
+                    let call = a.new_dynamic_label();
+                    dynasm!(a ; .arch x64 ; mov rax, QWORD (addr >> ll.line_bits) as i64);
+                    ll_mru_hit(a, ll, (after_miss, false), call, restore);
+                    // The queue's copy of the MRU lines: this line becomes its set's.
+                    dynasm!(a ; .arch x64 ; =>call ; mov QWORD [rdx + rcx], rax);
+                }
+                dynasm!(a ; .arch x64 ; mov rax, QWORD first as i64);
+                queue_push(a, cache, (q, after_miss.helper.arg0, false), restore);
+                dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
+                if !flags_dead {
+                    restore_flags(a);
+                }
+                dynasm!(a ; .arch x64 ; jmp =>back);
+                return Ok(());
+            }
             if let (Some(ll), false) = (after_miss.ll_mru, straddle) {
                 let call = a.new_dynamic_label();
                 dynasm!(a ; .arch x64 ; mov rax, QWORD (addr >> ll.line_bits) as i64);
@@ -3500,7 +3517,7 @@ struct SharedScans {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum RoutineKey {
     /// The scan past way 1 and the miss path (`shared_data_scan`): cache tags, helper, LL
-    /// tags, 0 or Callgrind's cost-centre base, what the line holds.
+    /// tags or queue, 0 or Callgrind's cost-centre base, what the line holds.
     Scan(u64, u64, u64, u64, GuestLine),
     /// A data check's whole out-of-line part past way 2 (`shared_data_access`): the scan's
     /// key (with `GuestLine::Data`) and the straddle helper.
@@ -3576,11 +3593,21 @@ fn shared_data_scan(cache: MruCache, after_miss: AfterMiss, line: GuestLine) -> 
     let key = RoutineKey::Scan(
         cache.tags,
         after_miss.helper.func as usize as u64,
-        after_miss.ll_mru.map_or(0, |l| l.tags),
+        ll_key(after_miss),
         kind,
         line,
     );
     shared_routine(key, |at| data_scan_routine(cache, after_miss, line, at))
+}
+
+/// What a shared routine's key holds of `after_miss`'s LL part: the LL's MRU tags or the
+/// queue's producer record (never both).
+fn ll_key(after_miss: AfterMiss) -> u64 {
+    match (after_miss.ll_mru, after_miss.queue) {
+        (Some(l), _) => l.tags,
+        (None, Some(q)) => q.producer,
+        (None, None) => 0,
+    }
 }
 
 /// How a shared routine counts an LL hit for `after_miss` (0: at the helper's `arg0`; else
@@ -3617,7 +3644,7 @@ fn shared_data_access(cache: MruCache, after_miss: AfterMiss, helper: Helper) ->
     let key = RoutineKey::Access(
         cache.tags,
         after_miss.helper.func as usize as u64,
-        after_miss.ll_mru.map_or(0, |l| l.tags),
+        ll_key(after_miss),
         kind,
         helper.func as usize as u64,
     );
@@ -3819,6 +3846,10 @@ fn scan_and_miss(
         }
         ll_mru_hit(a, ll, (after_miss, in_routine), call, done);
         dynasm!(a ; .arch x64 ; =>call);
+        if after_miss.queue.is_some() {
+            // The queue's copy of the MRU lines: this line becomes its set's.
+            dynasm!(a ; .arch x64 ; mov QWORD [rdx + rcx], rax);
+        }
         if let Some(rows) = after_miss.ll_rows {
             // The row the helper reads next (rax = the LL line still): started while the
             // MRU test's own load is in flight, as the branch to here is predicted.
@@ -3842,6 +3873,10 @@ fn scan_and_miss(
     if line == GuestLine::Data {
         prefetch_stream(a, cache, in_routine);
     }
+    if let Some(q) = after_miss.queue.filter(|_| after_miss.whole_lines) {
+        queue_push(a, cache, (q, after_miss.helper.arg0, in_routine), done);
+        return;
+    }
     dynasm!(a
         ; .arch x64
         ; shl rax, cache.line_bits as i8
@@ -3852,6 +3887,47 @@ fn scan_and_miss(
         return;
     }
     routine_helper_call(a, after_miss.helper, 1, done);
+}
+
+/// Queues the LL part of an L1 miss (`AfterMiss::queue`) from rax = its L1 line: counts the
+/// miss in its slot (`arg0`, or the shared routine's caller's in `gs:[ARG0]`), writes the
+/// entry (the line's first byte, size 1: `whole_lines`) and, when it ends a segment, calls
+/// `segment_end`; then to `done`. Clobbers rax, rcx, rdx and the flags.
+fn queue_push(
+    a: &mut Asm,
+    cache: MruCache,
+    (queue, arg0, in_routine): (LlQueue, u64, bool),
+    done: DynamicLabel,
+) {
+    dynasm!(a
+        ; .arch x64
+        ; shl rax, cache.line_bits as i8
+        ; mov rcx, QWORD queue.producer as i64
+        ; mov rdx, QWORD [rcx]
+        ; mov QWORD [rdx], rax
+    );
+    if in_routine {
+        dynasm!(a ; .arch x64 ; gs mov rax, QWORD [ARG0]);
+    } else {
+        dynasm!(a ; .arch x64 ; mov rax, QWORD arg0 as i64);
+    }
+    // The LL-miss slot follows the L1-miss slot; the size is 1.
+    dynasm!(a
+        ; .arch x64
+        ; inc QWORD [rax]
+        ; shl rax, 8
+        ; add rax, (8 << 8) | 1
+        ; mov QWORD [rdx + 8], rax
+        ; add rdx, 16
+        ; mov QWORD [rcx], rdx
+        ; cmp rdx, QWORD [rcx + 8]
+        ; jb =>done
+    );
+    if in_routine {
+        routine_helper_call(a, queue.segment_end, 0, done);
+    } else {
+        helper_call(a, queue.segment_end, 0, done);
+    }
 }
 
 /// A shared routine's call of the integer-only `helper` (its `arg0` in `gs:[ARG0]` from the

@@ -211,6 +211,18 @@ pub struct LlRows {
     pub row_bytes: u64,
 }
 
+/// A queue that takes the LL parts of L1 misses (`AfterMiss::queue`), for a simulator that
+/// runs them elsewhere in order. The record at `producer` is two words: the next entry's
+/// address, and the address at which `segment_end` must run (after the entry that reaches
+/// it). An entry is 16 bytes: the address accessed, then `slot << 8 | size` with `slot` the
+/// `u64` that counts the access's LL miss.
+#[derive(Clone, Copy, Debug)]
+pub struct LlQueue {
+    pub producer: u64,
+    /// Integer-only; called with the registers saved, its arguments unused.
+    pub segment_end: Helper,
+}
+
 /// What an after-miss helper does for an L1 miss that hits in the LL (`AfterMiss::ll_mru`).
 #[derive(Clone, Copy, Debug)]
 pub enum LlHitCount {
@@ -250,6 +262,13 @@ pub struct AfterMiss {
     /// is the same for the line's first byte: the generated code may pass that instead of
     /// the access's address (and 1 as the size), and need not recompute the address.
     pub whole_lines: bool,
+    /// With `whole_lines`: an access within one L1 line that misses there is counted at
+    /// `helper.arg0` and its LL part queued (to be counted at `helper.arg0 + 8` on an LL
+    /// miss) by the generated code itself, instead of the helper call. `ll_mru` is then the
+    /// queue's own copy of the LL's MRU lines, which the code keeps: a line not found there
+    /// becomes its set's before it is queued. The helper still takes the rest (an access
+    /// across two lines).
+    pub queue: Option<LlQueue>,
 }
 
 /// Value of the second argument of a `call` request.

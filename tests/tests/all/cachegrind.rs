@@ -702,3 +702,58 @@ fn line_entries_and_shared_scans_change_no_count() {
         }
     }
 }
+
+/// With `--cache-sim=yes` the LL parts of L1 misses run on a thread of their own, in order
+/// (`launcher/src/tools/cachegrind/ll_queue.rs`); `RGRIND_SYNC_LL` runs them in the guest's
+/// thread instead. Both give the same profiles, line by line, for a program whose LL accesses
+/// go round the queue's ring many times and that forks (the child, which has no consumer
+/// thread, works through the queue itself), and the guest's output is the native one.
+#[test]
+fn lls_on_their_own_thread_count_as_in_the_guests_thread() {
+    let cmd = Cmd::guest("llwalk").args(["8"]);
+    let native = rgrind_tests::run(&cmd);
+    let profiles: Vec<Vec<String>> = ["RGRIND_SYNC_LL", "RGRIND_SYNC_LX"]
+        .iter()
+        .map(|var| {
+            let dir = scratch_dir().join(format!("llqueue.{var}"));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("scratch folder");
+            let file_opt = format!("--cachegrind-out-file={}/cg.%p", dir.display());
+            let opts = [
+                "--tool=cachegrind",
+                file_opt.as_str(),
+                "--cache-sim=yes",
+                "--LL=1048576,16,64",
+            ];
+            let o = run_rgrind(&opts, &cmd.clone().env_exact(&[(var, "1")]));
+            assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+            assert_eq!(o.stdout_str(), native.stdout_str(), "{}", o.describe());
+            let mut texts: Vec<String> = std::fs::read_dir(&dir)
+                .expect("profiles")
+                .map(|e| {
+                    let text = std::fs::read_to_string(e.expect("entry").path()).unwrap();
+                    text.lines()
+                        .filter(|l| !l.starts_with("pid:") && !l.starts_with("cmd:"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .collect();
+            texts.sort();
+            assert_eq!(texts.len(), 2, "parent and child: {}", o.describe());
+            for t in &texts {
+                let summary = t.lines().find_map(|l| l.strip_prefix("summary: "));
+                let dlmr = summary.and_then(|s| s.split(' ').nth(5)?.parse::<u64>().ok());
+                // Three passes over 8 MiB with a 1 MiB LL: every line an LL miss each time.
+                assert!(dlmr.is_some_and(|n| n >= 3 * 131_072), "{var}: {summary:?}");
+            }
+            texts
+        })
+        .collect();
+    for (sync, queued) in profiles[0].iter().zip(&profiles[1]) {
+        assert!(
+            sync == queued,
+            "{}",
+            rgrind_tests::first_difference(sync.as_bytes(), queued.as_bytes())
+        );
+    }
+}

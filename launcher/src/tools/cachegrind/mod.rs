@@ -17,6 +17,7 @@
 //!
 //! Not done: Valgrind's IR-optimiser artefacts (dead loads dropped, the chase over-count) are
 //! not reproduced; what really executed is counted (see `docs/cachegrind.md`).
+mod ll_queue;
 pub mod modules;
 pub mod options;
 pub mod summary;
@@ -24,7 +25,8 @@ pub mod summary;
 use cachesim::{BranchPredictor, CacheLevel, Hierarchy, L1Level};
 use dbt_core::tool::{
     AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
-    InsnView, Instrumenter, LlHitCount, LlRows, MaskedOff, MemAccess, MruCache, RepKind, Tool,
+    InsnView, Instrumenter, LlHitCount, LlQueue, LlRows, MaskedOff, MemAccess, MruCache, RepKind,
+    Tool,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -48,58 +50,49 @@ pub const STOP_INSTRUMENTATION: u64 = 0x4347_0001;
 static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
 static BP: AtomicPtr<BranchPredictor> = AtomicPtr::new(core::ptr::null_mut());
 
-/// Adds the outcome (1 = L1 miss, 2 = LL miss too) to the two slots at `slot`.
-///
-/// # Safety
-/// `slot` points at two u64 slots of a live cost array.
-unsafe fn count_outcome(slot: u64, outcome: u32) {
-    let p = slot as *mut u64;
-    if outcome >= 1 {
-        // SAFETY: the caller guarantees two valid slots.
-        unsafe { *p += 1 };
-    }
-    if outcome >= 2 {
-        // SAFETY: as above.
-        unsafe { *p.add(1) += 1 };
-    }
-}
-
 extern "C" fn cg_fetch(slot: u64, addr: u64, size: u64) -> u64 {
-    let h = HIER.load(Ordering::Relaxed);
-    if h.is_null() {
-        return 0;
-    }
-    // SAFETY: HIER is set once, before any guest code runs, to a leaked Hierarchy used only by
-    // translated code (guest threads run one at a time); `slot` is a cost-array slot embedded
-    // at instrumentation.
-    unsafe { count_outcome(slot, cachesim::raw::cachesim_fetch(h, addr, size)) };
+    // SAFETY: as in `access`.
+    unsafe { access(L1Level::I1, slot, addr, size) };
     0
 }
 
 extern "C" fn cg_data(slot: u64, addr: u64, size: u64) -> u64 {
-    let h = HIER.load(Ordering::Relaxed);
-    if h.is_null() {
-        return 0;
-    }
-    // SAFETY: as in `cg_fetch`.
-    unsafe { count_outcome(slot, cachesim::raw::cachesim_data(h, addr, size)) };
+    // SAFETY: as in `access`.
+    unsafe { access(L1Level::D1, slot, addr, size) };
     0
 }
 
-/// The LL part of a fetch or data access whose L1 miss the inline code has already recorded
-/// in the L1 tags: counts the L1 miss and, if LL misses too, the LL miss.
-extern "C" fn cg_ll(slot: u64, addr: u64, size: u64) -> u64 {
+/// A whole access: its L1 part here, its LL part (on an L1 miss) through the LL queue.
+///
+/// # Safety
+/// `slot` is the access's L1-miss slot of a live cost array, the LL-miss slot after it.
+unsafe fn access(level: L1Level, slot: u64, addr: u64, size: u64) {
     let h = HIER.load(Ordering::Relaxed);
     if h.is_null() {
+        return;
+    }
+    // SAFETY: HIER is set once, before any guest code runs, to a leaked Hierarchy whose L1s
+    // only translated code uses (guest threads run one at a time); `slot` is a cost-array
+    // slot embedded at instrumentation.
+    unsafe {
+        if cachesim::raw::l1_part(h, level, addr, size) {
+            *(slot as *mut u64) += 1;
+            ll_queue::push(addr, size, (slot as *mut u64).add(1));
+        }
+    }
+}
+
+/// The LL part of a fetch or data access whose L1 miss the inline code has already recorded
+/// in the L1 tags: counts the L1 miss and queues the LL part.
+extern "C" fn cg_ll(slot: u64, addr: u64, size: u64) -> u64 {
+    if HIER.load(Ordering::Relaxed).is_null() {
         return 0;
     }
-    // SAFETY: as in `cg_fetch`.
+    // SAFETY: as in `access`.
     unsafe {
-        count_outcome(
-            slot,
-            cachesim::raw::cachesim_ll_after_l1_miss(h, addr, size),
-        )
-    };
+        *(slot as *mut u64) += 1;
+        ll_queue::push(addr, size, (slot as *mut u64).add(1));
+    }
     0
 }
 
@@ -210,6 +203,8 @@ struct Caches {
     ll_mru: Option<MruCache>,
     /// `AfterMiss::ll_rows`.
     ll_rows: Option<LlRows>,
+    /// `AfterMiss::queue`: the LL on a thread of its own (`ll_queue`).
+    queue: Option<LlQueue>,
     whole_lines: bool,
     min_line: u64,
     desc: Vec<String>,
@@ -342,12 +337,28 @@ impl Cachegrind {
         let caches = if opts.cache_sim {
             let sim = build_caches("Cachegrind", &opts.caches, &mut lines)?;
             HIER.store(sim.hier, Ordering::Relaxed);
+            // With the LL on its own thread the generated code must not read its MRU tags.
+            let started = ll_queue::start(sim.hier, std::env::var_os("RGRIND_SYNC_LL").is_none());
+            let queue = started.as_ref().map(|s| LlQueue {
+                producer: s.producer,
+                segment_end: Helper {
+                    func: ll_queue::segment_end,
+                    arg0: 0,
+                    integer_only: true,
+                },
+            });
+            // The producer's own copy of the MRU lines in place of the LL's.
+            let ll_mru = match (sim.ll_mru, &started) {
+                (Some(m), Some(s)) => Some(MruCache { tags: s.mru, ..m }),
+                (m, _) => m,
+            };
             let [i1g, d1g, llg] = &sim.geometry;
             Some(Caches {
                 i1: sim.i1,
                 d1: sim.d1,
-                ll_mru: sim.ll_mru,
-                ll_rows: sim.ll_rows,
+                ll_mru,
+                ll_rows: sim.ll_rows.filter(|_| queue.is_none()),
+                queue,
                 whole_lines: sim.whole_lines,
                 min_line: sim.min_line,
                 desc: vec![
@@ -683,6 +694,7 @@ impl Tool for Cachegrind {
                         ll_rows: c.ll_rows,
                         ll_hit: LlHitCount::Arg0,
                         whole_lines: c.whole_lines,
+                        queue: c.queue,
                     };
                     ins.fetch_check_l1(i, c.i1, h, after_miss);
                 }
@@ -716,6 +728,7 @@ impl Tool for Cachegrind {
                             ll_rows: c.ll_rows,
                             ll_hit: LlHitCount::Arg0,
                             whole_lines: c.whole_lines,
+                            queue: c.queue,
                         };
                         ins.data_check_l1(i, dref, c.d1, h, after_miss);
                     }
@@ -811,6 +824,16 @@ impl Tool for Cachegrind {
         }
     }
 
+    fn pre_syscall(&mut self, nr: u64) {
+        // A child gets a copy of the LL and the counts: none of them half done.
+        if matches!(
+            nr as i64,
+            libc::SYS_clone | libc::SYS_fork | libc::SYS_vfork
+        ) {
+            ll_queue::drain();
+        }
+    }
+
     fn post_syscall(&mut self, nr: u64, result: i64) {
         if result >= 0 && modules::maps_memory(nr) {
             self.modules.mappings_changed();
@@ -818,6 +841,7 @@ impl Tool for Cachegrind {
     }
 
     fn fini(&mut self, reason: FiniReason) {
+        ll_queue::drain();
         if reason != FiniReason::Exec {
             dumper::symbols::map_cache_entries();
         }

@@ -715,6 +715,7 @@ impl Callgrind {
                         ll_rows: c.ll_rows,
                         ll_hit: runtime::ll_hit_count(i, SLOT_I1MR),
                         whole_lines: c.whole_lines,
+                        queue: None,
                     };
                     ins.fetch_check_l1(i, c.i1, h, after_miss);
                 }
@@ -734,6 +735,7 @@ impl Callgrind {
                             ll_rows: c.ll_rows,
                             ll_hit: runtime::ll_hit_count(i, slot),
                             whole_lines: c.whole_lines,
+                            queue: None,
                         };
                         ins.data_check_l1(i, dref, c.d1, h, after_miss);
                     }
