@@ -2947,35 +2947,30 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 );
             }
             dynasm!(a ; .arch x64 ; =>call_ll);
-            if let (Some(q), false, true) = (after_miss.queue, straddle, after_miss.whole_lines) {
-                if let Some(ll) = after_miss.ll_mru {
-                    let call = a.new_dynamic_label();
-                    dynasm!(a ; .arch x64 ; mov rax, QWORD (addr >> ll.line_bits) as i64);
-                    ll_mru_hit(a, ll, (after_miss, false), call, restore);
-                    // The queue's copy of the MRU lines: this line becomes its set's.
-                    dynasm!(a ; .arch x64 ; =>call ; mov QWORD [rdx + rcx], rax);
-                }
-                dynasm!(a ; .arch x64 ; mov rax, QWORD first as i64);
-                queue_push(a, cache, (q, after_miss.helper.arg0, false), restore);
-                dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
-                if !flags_dead {
-                    restore_flags(a);
-                }
-                dynasm!(a ; .arch x64 ; jmp =>back);
-                return Ok(());
-            }
+            let queue = after_miss
+                .queue
+                .filter(|_| !straddle && after_miss.whole_lines);
             if let (Some(ll), false) = (after_miss.ll_mru, straddle) {
                 let call = a.new_dynamic_label();
                 dynasm!(a ; .arch x64 ; mov rax, QWORD (addr >> ll.line_bits) as i64);
                 ll_mru_hit(a, ll, (after_miss, false), call, restore);
                 dynasm!(a ; .arch x64 ; =>call);
+                if queue.is_some() {
+                    // The queue's copy of the MRU lines: this line becomes its set's.
+                    dynasm!(a ; .arch x64 ; mov QWORD [rdx + rcx], rax);
+                }
             }
-            dynasm!(a
-                ; .arch x64
-                ; mov rax, QWORD addr as i64
-                ; gs mov QWORD [ARG1], rax
-            );
-            helper_call(a, after_miss.helper, len, restore);
+            if let Some(q) = queue {
+                dynasm!(a ; .arch x64 ; mov rax, QWORD first as i64);
+                queue_push(a, cache, (q, after_miss.helper.arg0, false), restore);
+            } else {
+                dynasm!(a
+                    ; .arch x64
+                    ; mov rax, QWORD addr as i64
+                    ; gs mov QWORD [ARG1], rax
+                );
+                helper_call(a, after_miss.helper, len, restore);
+            }
             dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
             if !flags_dead {
                 restore_flags(a);
