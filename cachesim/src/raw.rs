@@ -388,16 +388,17 @@ pub unsafe extern "C" fn cachesim_ll_after_l1_miss(
 /// else accesses during the call.
 #[inline]
 pub unsafe fn l1_part(hierarchy: *mut Hierarchy, level: L1Level, addr: u64, size: u64) -> bool {
-    let base = hierarchy.cast::<u8>();
-    // SAFETY: (caller) live; `min_line_size` is never written after `new`.
-    let min_line = unsafe { *base.add(Hierarchy::MIN_LINE_OFFSET).cast::<u64>() };
     let offset = match level {
         L1Level::I1 => Hierarchy::I1_OFFSET,
         L1Level::D1 => Hierarchy::D1_OFFSET,
     };
-    // SAFETY: (caller) the level, a `Cache` at its offset, is ours alone for the call.
-    let l1 = unsafe { &mut *base.add(offset).cast::<Cache>() };
-    l1.access(addr, size.max(1).min(min_line))
+    // SAFETY: (caller) live, and the level, a `Cache` at its offset, is ours alone for the
+    // call.
+    unsafe {
+        let size = clamped_size(hierarchy, size);
+        let l1 = &mut *hierarchy.cast::<u8>().add(offset).cast::<Cache>();
+        l1.access(addr, size)
+    }
 }
 
 /// The LL part of an access whose L1 part missed ([`l1_part`]): `true` on an LL miss.
@@ -407,12 +408,31 @@ pub unsafe fn l1_part(hierarchy: *mut Hierarchy, level: L1Level, addr: u64, size
 /// `hierarchy` points to a live hierarchy whose LL nothing else accesses during the call.
 #[inline]
 pub unsafe fn ll_part(hierarchy: *mut Hierarchy, addr: u64, size: u64) -> bool {
-    let base = hierarchy.cast::<u8>();
-    // SAFETY: as in `l1_part`.
-    let min_line = unsafe { *base.add(Hierarchy::MIN_LINE_OFFSET).cast::<u64>() };
-    // SAFETY: (caller) the LL at its offset is ours alone for the call.
-    let ll = unsafe { &mut *base.add(Hierarchy::LL_OFFSET).cast::<LastLevel>() };
-    ll.access(addr, size.max(1).min(min_line))
+    // SAFETY: (caller) live, and the LL at its offset is ours alone for the call.
+    unsafe {
+        let size = clamped_size(hierarchy, size);
+        let ll = &mut *hierarchy
+            .cast::<u8>()
+            .add(Hierarchy::LL_OFFSET)
+            .cast::<LastLevel>();
+        ll.access(addr, size)
+    }
+}
+
+/// [`Hierarchy::clamp_size`] by offset, without a reference to the whole hierarchy.
+///
+/// # Safety
+/// `hierarchy` points to a live hierarchy.
+#[inline]
+unsafe fn clamped_size(hierarchy: *mut Hierarchy, size: u64) -> u64 {
+    // SAFETY: (caller) live; `min_line_size` is never written after `new`.
+    let min_line = unsafe {
+        *hierarchy
+            .cast::<u8>()
+            .add(Hierarchy::MIN_LINE_OFFSET)
+            .cast::<u64>()
+    };
+    size.max(1).min(min_line)
 }
 
 /// The L1 part of a single-line access done through the raw flat layout, step by step as the

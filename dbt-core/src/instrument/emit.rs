@@ -2956,8 +2956,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 ll_mru_hit(a, ll, (after_miss, false), call, restore);
                 dynasm!(a ; .arch x64 ; =>call);
                 if queue.is_some() {
-                    // The queue's copy of the MRU lines: this line becomes its set's.
-                    dynasm!(a ; .arch x64 ; mov QWORD [rdx + rcx], rax);
+                    queued_line_becomes_mru(a);
                 }
             }
             if let Some(q) = queue {
@@ -3413,6 +3412,13 @@ fn row_scale(cache: MruCache) -> Option<i32> {
     .then(|| 1 << (row_log - line_log))
 }
 
+/// At `ll_mru_hit`'s `call` (rdx + rcx = the set's MRU line, rax = the line) when the LL
+/// parts are queued (`AfterMiss::queue`): `ll_mru` is the queue's copy of the MRU lines,
+/// where the line about to be queued becomes its set's, as in the LL once it runs.
+fn queued_line_becomes_mru(a: &mut Asm) {
+    dynasm!(a ; .arch x64 ; mov QWORD [rdx + rcx], rax);
+}
+
 /// After an L1 miss (the flags free, rax = the LL line, rcx and rdx free): if the line is
 /// the MRU tag of its LL set (`AfterMiss::ll_mru`), counts the LL hit as the helper would
 /// (`AfterMiss::ll_hit`) and jumps to `done`; otherwise jumps to `call`. Clobbers rax, rcx
@@ -3842,8 +3848,7 @@ fn scan_and_miss(
         ll_mru_hit(a, ll, (after_miss, in_routine), call, done);
         dynasm!(a ; .arch x64 ; =>call);
         if after_miss.queue.is_some() {
-            // The queue's copy of the MRU lines: this line becomes its set's.
-            dynasm!(a ; .arch x64 ; mov QWORD [rdx + rcx], rax);
+            queued_line_becomes_mru(a);
         }
         if let Some(rows) = after_miss.ll_rows {
             // The row the helper reads next (rax = the LL line still): started while the

@@ -28,13 +28,12 @@
 //!   translated code's helpers.
 use cachesim::Hierarchy;
 use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 /// Ring entries (16 bytes each: 512 KiB).
 const ENTRIES: u64 = 1 << 15;
 /// Entries per publication.
 const SEGMENT: u64 = 256;
-/// How many entries ahead the consumer asks for the ring's lines.
-const PREFETCH_AHEAD: u64 = 32;
 /// Polls of an empty ring before the consumer sleeps (tens of microseconds): while a
 /// program streams LL accesses the consumer stays awake between segments, and the producer
 /// makes no wake-up call (2,000: chase 0.47-0.56 s, stride 0.34 s; 20,000: 0.45-0.48 s and
@@ -58,13 +57,8 @@ static mut PRODUCER: Producer = Producer {
     segment_end: 0,
 };
 static RING: AtomicPtr<[u64; 2]> = AtomicPtr::new(core::ptr::null_mut());
-/// The producer's copy of each LL set's MRU line (`LastLevel::mru_tags_ptr`'s layout): the
-/// line an LL access of the set touched last, as the LL's own way 0 is. A line found there
-/// is an LL hit that changes nothing, which the producer counts without queueing.
-static MRU: AtomicPtr<u64> = AtomicPtr::new(core::ptr::null_mut());
-/// The smallest line size (bits 40..), the LL's set mask (8..40) and line size (log2, 0..8),
-/// for `push`.
-static LL_SHAPE: AtomicU64 = AtomicU64::new(0);
+/// What `push` needs to keep the producer's copy of the LL's MRU lines.
+static MRU: OnceLock<MruCopy> = OnceLock::new();
 static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
 static CONSUMER_PID: AtomicI32 = AtomicI32::new(0);
 /// The number of the entry at `ring[0]` in the producer's lap (producer only).
@@ -76,6 +70,19 @@ static CONSUMED: Line<AtomicU64> = Line(AtomicU64::new(0));
 /// The consumer sleeps (`1`) on `WAKE` (a futex word bumped by each wake-up).
 static SLEEPING: Line<AtomicU32> = Line(AtomicU32::new(0));
 static WAKE: Line<AtomicU32> = Line(AtomicU32::new(0));
+
+/// The producer's copy of each LL set's MRU line (`LastLevel::mru_tags_ptr`'s layout): the
+/// line an LL access of the set touched last, as the LL's own way 0 is. A line found there
+/// is an LL hit that changes nothing, which the producer counts without queueing.
+struct MruCopy {
+    /// One word per set (an address: the array is leaked).
+    lines: usize,
+    set_mask: u64,
+    /// The LL's line size (log2).
+    line_bits: u32,
+    /// The smallest line size (accesses are clamped to it).
+    min_line: u64,
+}
 
 fn producer() -> *mut Producer {
     core::ptr::addr_of_mut!(PRODUCER)
@@ -96,17 +103,16 @@ pub fn start(hier: *mut Hierarchy, threaded: bool) -> Option<Started> {
         return None;
     }
     // SAFETY: no guest code and no consumer run yet; `hier` is live.
-    let ll = unsafe { (*hier).ll() };
-    let (sets, line_size) = (ll.geometry().sets(), ll.geometry().line_size);
+    let (geometry, min_line) = unsafe { ((*hier).ll().geometry(), (*hier).min_line_size()) };
     // Copies the LL's start state (every set's MRU line 0).
-    let mru: &'static mut [u64] = Box::leak(vec![0u64; sets as usize].into_boxed_slice());
-    MRU.store(mru.as_mut_ptr(), Ordering::Relaxed);
-    // SAFETY: as above.
-    let min_line = unsafe { (*hier).min_line_size() };
-    LL_SHAPE.store(
-        min_line << 40 | u64::from(sets - 1) << 8 | u64::from(line_size.trailing_zeros()),
-        Ordering::Relaxed,
-    );
+    let lines: &'static mut [u64] =
+        Box::leak(vec![0u64; geometry.sets() as usize].into_boxed_slice());
+    let mru = MRU.get_or_init(|| MruCopy {
+        lines: lines.as_mut_ptr() as usize,
+        set_mask: u64::from(geometry.sets()) - 1,
+        line_bits: geometry.line_size.trailing_zeros(),
+        min_line,
+    });
     let ring: &'static mut [[u64; 2]] =
         Box::leak(vec![[0u64; 2]; ENTRIES as usize].into_boxed_slice());
     let ring = ring.as_mut_ptr();
@@ -139,7 +145,7 @@ pub fn start(hier: *mut Hierarchy, threaded: bool) -> Option<Started> {
     RING.store(ring, Ordering::Release);
     Some(Started {
         producer: producer() as u64,
-        mru: MRU.load(Ordering::Relaxed) as u64,
+        mru: mru.lines as u64,
     })
 }
 
@@ -160,21 +166,26 @@ pub unsafe fn push(addr: u64, size: u64, ll_slot: *mut u64) {
         }
         return;
     }
-    let shape = LL_SHAPE.load(Ordering::Relaxed);
-    let (min_line, set_mask, line_bits) = (shape >> 40, shape >> 8 & 0xffff_ffff, shape & 0xff);
-    let mru = MRU.load(Ordering::Relaxed);
-    // The lines `Hierarchy::ll_part` will touch.
-    let size = size.max(1).min(min_line);
-    let (first, last) = (addr >> line_bits, addr.wrapping_add(size - 1) >> line_bits);
+    // Set before the ring (`start`).
+    let Some(mru) = MRU.get() else {
+        return;
+    };
+    let lines = mru.lines as *mut u64;
+    // The lines `cachesim::raw::ll_part` will touch.
+    let size = size.max(1).min(mru.min_line);
+    let (first, last) = (
+        addr >> mru.line_bits,
+        addr.wrapping_add(size - 1) >> mru.line_bits,
+    );
     if first == last
         // SAFETY: `first & set_mask` indexes the copy (one word per set).
-        && unsafe { *mru.add((first & set_mask) as usize) } == first
+        && unsafe { *lines.add((first & mru.set_mask) as usize) } == first
     {
         return;
     }
     for line in [first, last] {
         // SAFETY: as above; the copy is the running thread's.
-        unsafe { *mru.add((line & set_mask) as usize) = line };
+        unsafe { *lines.add((line & mru.set_mask) as usize) = line };
     }
     let p = producer();
     // SAFETY: the producer record is the running thread's (run lock); `next` is an entry of
@@ -315,16 +326,6 @@ fn consume(ring: *mut [u64; 2], hier: *mut Hierarchy) {
             continue;
         }
         while done < available {
-            // The entries come from the producer's core: asked for a few host lines ahead.
-            let ahead = done + PREFETCH_AHEAD;
-            if ahead < available && ahead.is_multiple_of(4) {
-                // SAFETY: a prefetch of a ring address (never faults, changes nothing).
-                unsafe {
-                    core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                        ring.add((ahead % ENTRIES) as usize).cast(),
-                    )
-                };
-            }
             // SAFETY: a published entry not yet done; the LL is this thread's while entries
             // are outstanding (module invariants).
             unsafe { simulate(hier, *ring.add((done % ENTRIES) as usize)) };

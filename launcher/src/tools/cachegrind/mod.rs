@@ -76,24 +76,34 @@ unsafe fn access(level: L1Level, slot: u64, addr: u64, size: u64) {
     // slot embedded at instrumentation.
     unsafe {
         if cachesim::raw::l1_part(h, level, addr, size) {
-            *(slot as *mut u64) += 1;
-            ll_queue::push(addr, size, (slot as *mut u64).add(1));
+            l1_missed(slot, addr, size);
         }
     }
 }
 
 /// The LL part of a fetch or data access whose L1 miss the inline code has already recorded
-/// in the L1 tags: counts the L1 miss and queues the LL part.
+/// in the L1 tags.
 extern "C" fn cg_ll(slot: u64, addr: u64, size: u64) -> u64 {
     if HIER.load(Ordering::Relaxed).is_null() {
         return 0;
     }
     // SAFETY: as in `access`.
-    unsafe {
-        *(slot as *mut u64) += 1;
-        ll_queue::push(addr, size, (slot as *mut u64).add(1));
-    }
+    unsafe { l1_missed(slot, addr, size) };
     0
+}
+
+/// An L1 miss: counted in its slot, its LL part queued (an LL miss counted in the slot
+/// after).
+///
+/// # Safety
+/// As for `access`.
+unsafe fn l1_missed(slot: u64, addr: u64, size: u64) {
+    let slot = slot as *mut u64;
+    // SAFETY: (caller) two live slots.
+    unsafe {
+        *slot += 1;
+        ll_queue::push(addr, size, slot.add(1));
+    }
 }
 
 extern "C" fn cg_cond(slot: u64, taken: u64, addr: u64) -> u64 {
