@@ -685,7 +685,7 @@ pub fn translate(
     let code_end = insns.last().map_or(guest, |i| i.next_ip());
     let smc = code_end > guest && writable(guest, code_end);
     let loop_cc = self_loop_cc(&insns, &end, guest).filter(|_| !smc);
-    let shares = match (loop_cc, plan.counter_only()) {
+    let shares = match (loop_cc, plan.loop_counter()) {
         (Some(_), Some(ctr)) => crate::instrument::arena::loop_shares(ctr, LOOP_COPIES - 1, near),
         _ => Vec::new(),
     };
@@ -1033,10 +1033,11 @@ fn is_xsave_family(code: Code) -> bool {
     )
 }
 
-/// Copies of a self-loop's translation when its only instrumentation is the block counter: a
-/// counter bumped in memory makes each iteration wait for the previous iteration's
-/// read-modify-write (store forwarding, ~5 cycles), which dominates tight loops; with four
-/// counters each waits on the iteration four back.
+/// Copies of a self-loop's translation when its instrumentation is the block counter and
+/// cache checks (`Plan::loop_counter`): a counter bumped in memory makes each iteration wait
+/// for the previous iteration's read-modify-write (store forwarding, ~7 cycles on the
+/// benchmark host), which dominates tight loops; with four counters each waits on the
+/// iteration four back.
 const LOOP_COPIES: usize = 4;
 /// Copies of a callgrind self-loop (`Plan::loop_lite`). The first runs the block-start
 /// routine; the others defer their charges to the way out of the loop or the back edge of

@@ -117,6 +117,54 @@ fn self_loops_count_every_iteration() {
     }
 }
 
+/// `loops.S` with `--cache-sim=yes`: self-loops with data checks are unrolled too (each
+/// copy its own check and share of the block counter), and still count every iteration's
+/// read exactly: the spin loop's compare reads once per iteration wherever SIGALRM lands,
+/// the fault loop's 6th iteration (in the second copy) is counted up to its faulting load,
+/// and the lines before the spin loop equal Valgrind's in every event.
+#[test]
+fn self_loops_with_cache_checks_count_every_iteration() {
+    let (o, text) = profile_cmd(&Cmd::guest("loops"), "loops-sim.cg", &SIMULATED_GEOMETRY);
+    let l = lines(&text);
+    let event = |line: u32, k: usize| l.get(&line).map_or(0, |v| v[k]);
+    let ir = |line: u32| event(line, 0);
+    check_loops_run(&o, &ir, &text);
+    // Ir I1mr ILmr Dr ...: the spin loop's `cmpb $0, flag(%rip)` is line 37.
+    assert_eq!(event(37, 3), ir(37), "{text}");
+    assert_eq!(event(37, 4), 1, "one cold D1 miss at the flag:\n{text}");
+    let run_text = text;
+
+    let (o, text) = profile_cmd(
+        &Cmd::guest("loops").args(["fault"]),
+        "loops-sim-fault.cg",
+        &SIMULATED_GEOMETRY,
+    );
+    assert_eq!(o.end(), End::Signal(libc::SIGSEGV), "{}", o.describe());
+    let l = lines(&text);
+    let event = |line: u32, k: usize| l.get(&line).map_or(0, |v| v[k]);
+    assert_eq!(
+        (47..=52).map(|line| event(line, 0)).collect::<Vec<_>>(),
+        [6, 6, 6, 6, 5, 5],
+        "{text}"
+    );
+    // The load is simulated before it faults: six reads, the first a miss.
+    assert_eq!([event(50, 3), event(50, 4)], [6, 1], "{text}");
+
+    let mut vg_opts = SIMULATED_GEOMETRY.to_vec();
+    vg_opts.push("--vex-guest-chase=no");
+    if let Some((_, vtext)) = valgrind_cachegrind(&Cmd::guest("loops"), "loops-sim-vg.cg", &vg_opts)
+    {
+        let (l, vl) = (lines(&run_text), lines(&vtext));
+        for line in 11..=22 {
+            assert_eq!(
+                l.get(&line),
+                vl.get(&line),
+                "line {line}:\n{run_text}\n{vtext}"
+            );
+        }
+    }
+}
+
 /// All events per (file name, line) of a profile, summed over the functions that share a
 /// line.
 fn file_line_events(text: &str) -> BTreeMap<(String, u32), Vec<u64>> {
