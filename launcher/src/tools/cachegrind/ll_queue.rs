@@ -27,7 +27,7 @@
 //! * The producer side allocates nothing, takes no lock and touches no TLS: it runs in
 //!   translated code's helpers.
 use cachesim::Hierarchy;
-use core::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 /// Ring entries (16 bytes each: 512 KiB).
@@ -70,6 +70,10 @@ static CONSUMED: Line<AtomicU64> = Line(AtomicU64::new(0));
 /// The consumer sleeps (`1`) on `WAKE` (a futex word bumped by each wake-up).
 static SLEEPING: Line<AtomicU32> = Line(AtomicU32::new(0));
 static WAKE: Line<AtomicU32> = Line(AtomicU32::new(0));
+/// Set by the consumer once its thread runs: its start-up maps memory (a signal stack, the C
+/// library's thread arena), which must be done before the guest maps anything, or where
+/// the guest's own mappings land would depend on timing (and with them its cache misses).
+static CONSUMER_STARTED: AtomicBool = AtomicBool::new(false);
 
 /// The producer's copy of each LL set's MRU line (`LastLevel::mru_tags_ptr`'s layout): the
 /// line an LL access of the set touched last, as the LL's own way 0 is. A line found there
@@ -133,6 +137,9 @@ pub fn start(hier: *mut Hierarchy, threaded: bool) -> Option<Started> {
     // SAFETY: restores the mask saved above.
     unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
     spawned.ok()?;
+    while !CONSUMER_STARTED.load(Ordering::Acquire) {
+        std::thread::yield_now();
+    }
     // SAFETY: getpid has no preconditions.
     CONSUMER_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     // SAFETY: no guest code runs yet; the record is the producer's alone.
@@ -318,6 +325,7 @@ fn pause() {
 }
 
 fn consume(ring: *mut [u64; 2], hier: *mut Hierarchy) {
+    CONSUMER_STARTED.store(true, Ordering::Release);
     let mut done = 0u64;
     loop {
         let available = PUBLISHED.0.load(Ordering::Acquire);
