@@ -37,6 +37,11 @@ const GUESTS: &[Guest] = &[
     g("branchy", "branchy.S", &["-nostdlib", "-static", "-no-pie"]),
     g("dflag", "dflag.S", &["-nostdlib", "-static", "-no-pie"]),
     g("loops", "loops.S", &["-nostdlib", "-static", "-no-pie"]),
+    g(
+        "succlive",
+        "succlive.S",
+        &["-nostdlib", "-static", "-no-pie"],
+    ),
     g("memops", "memops.S", &["-nostdlib", "-static", "-no-pie"]),
     g("evexops", "evexops.S", &["-nostdlib", "-static", "-no-pie"]),
     g(

@@ -882,11 +882,12 @@ fn writes_conditionally(insn: &Instruction) -> bool {
 }
 
 /// `live[i]`: whether the arithmetic flags are live just before instruction `i` (and
-/// `live[n]` at the block end, always true).
-pub(crate) fn flags_liveness(view: &BlockView) -> Vec<bool> {
+/// `live[n]` at the block end: `exit.flags_live`).
+pub(crate) fn flags_liveness(view: &BlockView, exit: ExitLiveness) -> Vec<bool> {
     let n = view.insns.len();
     let mut live = vec![true; n + 1];
-    let mut cur = ARITH; // live set after the block: everything
+    live[n] = exit.flags_live;
+    let mut cur = if exit.flags_live { ARITH } else { 0 };
     for i in (0..n).rev() {
         let v = &view.insns[i];
         let killed = if writes_conditionally(v.insn) || v.flow != FlowKind::Next {
@@ -939,8 +940,9 @@ pub fn unstash_flags(efl: u64, held: u64) -> u64 {
 /// whitelist: moves, loads, `lea`, `pop`, three-operand `imul`, bit counts, ...): `rdssp`, for
 /// one, leaves its destination alone without shadow stacks, and `bsf` on zero, `cmov` and
 /// `cmpxchg` may not write. A write of 8 or 16 bits keeps the rest of the register, so it is
-/// a read. Everything is live at the end of the block, around `rep` instructions and client
-/// requests, and across control flow.
+/// a read. At the end of the block what `exit` says is dead is dead (after the block's last
+/// instruction, which may be control flow, has read what it reads); everything is live
+/// around `rep` instructions and client requests.
 ///
 /// Second, for each instruction, the registers it may write (all of them for a `rep`
 /// instruction, a client request or anything but plain straight-on flow): what the data
@@ -948,66 +950,31 @@ pub fn unstash_flags(efl: u64, held: u64) -> u64 {
 pub(crate) fn gpr_dead_and_written(
     view: &BlockView,
     factory: &mut InstructionInfoFactory,
+    exit: ExitLiveness,
 ) -> (Vec<u16>, Vec<u16>) {
     const RSP: u16 = 1 << 4;
     let n = view.insns.len();
     let mut dead = vec![0u16; n];
     let mut written = vec![u16::MAX; n];
-    let mut cur = 0u16; // dead after the block: none
+    let mut cur = exit.gprs_dead & !RSP;
     for i in (0..n).rev() {
         let v = &view.insns[i];
-        if v.rep != RepKind::None || v.client_request || v.flow != FlowKind::Next {
+        if v.rep != RepKind::None || v.client_request {
             cur = 0;
             continue;
         }
-        let always_writes = matches!(
-            v.insn.mnemonic(),
-            Mnemonic::Mov
-                | Mnemonic::Movzx
-                | Mnemonic::Movsx
-                | Mnemonic::Movsxd
-                | Mnemonic::Lea
-                | Mnemonic::Pop
-                | Mnemonic::Imul
-                | Mnemonic::Movd
-                | Mnemonic::Movq
-                | Mnemonic::Vmovd
-                | Mnemonic::Vmovq
-                | Mnemonic::Popcnt
-                | Mnemonic::Lzcnt
-                | Mnemonic::Tzcnt
-                | Mnemonic::Shlx
-                | Mnemonic::Shrx
-                | Mnemonic::Sarx
-                | Mnemonic::Rorx
-                | Mnemonic::Andn
-                | Mnemonic::Movbe
-        );
-        let (mut read, mut killed, mut writes) = (0u16, 0u16, 0u16);
-        for r in factory.info(v.insn).used_registers() {
-            let reg = r.register();
-            if !reg.is_gpr() {
-                continue;
-            }
-            let bit = 1u16 << (reg.full_register() as u32 - Register::RAX as u32);
-            let full_width = reg.is_gpr64() || reg.is_gpr32();
-            if matches!(
-                r.access(),
-                OpAccess::Write
-                    | OpAccess::CondWrite
-                    | OpAccess::ReadWrite
-                    | OpAccess::ReadCondWrite
-            ) {
-                writes |= bit;
-            }
-            // A write that may not happen (or keeps part of the register) lets the old value
-            // through: for liveness it is a read.
-            match r.access() {
-                OpAccess::Write if always_writes && full_width => killed |= bit,
-                OpAccess::None | OpAccess::NoMemAccess => {}
-                _ => read |= bit,
-            }
+        if v.flow != FlowKind::Next {
+            // The block's last instruction: what it reads is live before it, and it writes
+            // nothing the block's checks could rely on (`written` all).
+            cur = if i + 1 == n {
+                cur & !gpr_effects(v.insn, factory).0
+            } else {
+                0
+            };
+            dead[i] = cur;
+            continue;
         }
+        let (read, killed, writes) = gpr_effects(v.insn, factory);
         cur = ((cur | killed) & !read) & !RSP;
         dead[i] = cur;
         written[i] = writes;
@@ -1015,11 +982,142 @@ pub(crate) fn gpr_dead_and_written(
     (dead, written)
 }
 
+/// The general-purpose registers instruction `insn` reads (a write that may not happen or
+/// keeps part of the register counts as a read), always overwrites whole, and may write: bit
+/// n = register n (rax = 0 .. r15 = 15).
+fn gpr_effects(insn: &Instruction, factory: &mut InstructionInfoFactory) -> (u16, u16, u16) {
+    let always_writes = matches!(
+        insn.mnemonic(),
+        Mnemonic::Mov
+            | Mnemonic::Movzx
+            | Mnemonic::Movsx
+            | Mnemonic::Movsxd
+            | Mnemonic::Lea
+            | Mnemonic::Pop
+            | Mnemonic::Imul
+            | Mnemonic::Movd
+            | Mnemonic::Movq
+            | Mnemonic::Vmovd
+            | Mnemonic::Vmovq
+            | Mnemonic::Popcnt
+            | Mnemonic::Lzcnt
+            | Mnemonic::Tzcnt
+            | Mnemonic::Shlx
+            | Mnemonic::Shrx
+            | Mnemonic::Sarx
+            | Mnemonic::Rorx
+            | Mnemonic::Andn
+            | Mnemonic::Movbe
+    );
+    let (mut read, mut killed, mut writes) = (0u16, 0u16, 0u16);
+    for r in factory.info(insn).used_registers() {
+        let reg = r.register();
+        if !reg.is_gpr() {
+            continue;
+        }
+        let bit = 1u16 << (reg.full_register() as u32 - Register::RAX as u32);
+        let full_width = reg.is_gpr64() || reg.is_gpr32();
+        if matches!(
+            r.access(),
+            OpAccess::Write | OpAccess::CondWrite | OpAccess::ReadWrite | OpAccess::ReadCondWrite
+        ) {
+            writes |= bit;
+        }
+        // A write that may not happen (or keeps part of the register) lets the old value
+        // through: for liveness it is a read.
+        match r.access() {
+            OpAccess::Write if always_writes && full_width => killed |= bit,
+            OpAccess::None | OpAccess::NoMemAccess => {}
+            _ => read |= bit,
+        }
+    }
+    (read, killed, writes)
+}
+
+/// What is dead when a block ends: the general-purpose registers (bit n = register n, never
+/// rsp) and whether the arithmetic flags are live. Without knowledge of the block's
+/// successors nothing is dead ([`ExitLiveness::ALL_LIVE`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExitLiveness {
+    pub gprs_dead: u16,
+    pub flags_live: bool,
+}
+
+impl ExitLiveness {
+    pub const ALL_LIVE: ExitLiveness = ExitLiveness {
+        gprs_dead: 0,
+        flags_live: true,
+    };
+
+    /// What is dead after a branch to either of two successors.
+    pub fn either(self, other: ExitLiveness) -> ExitLiveness {
+        ExitLiveness {
+            gprs_dead: self.gprs_dead & other.gprs_dead,
+            flags_live: self.flags_live || other.flags_live,
+        }
+    }
+}
+
+/// What is dead on entry to the straight-line code `insns` (decoded from guest memory: a
+/// successor's first instructions, or a whole block) when `exit` is dead after its last
+/// instruction: registers it overwrites before reading them, and whether it overwrites all
+/// six arithmetic flags before reading any. The rules of `gpr_dead_and_written` and
+/// `flags_liveness`, read forwards; nothing after a `rep` instruction, a client request or
+/// a system call counts, nor `exit` then.
+pub(crate) fn entry_liveness(
+    insns: &[Instruction],
+    exit: ExitLiveness,
+    factory: &mut InstructionInfoFactory,
+) -> ExitLiveness {
+    const RSP: u16 = 1 << 4;
+    // Read before being overwritten, and overwritten before being read.
+    let (mut read, mut killed) = (0u16, 0u16);
+    let (mut flags_read, mut flags_killed) = (0u32, 0u32);
+    let mut whole = true;
+    for (i, insn) in insns.iter().enumerate() {
+        let special = crate::clientreq::is_request(insn)
+            || matches!(insn.code(), Code::Syscall | Code::Cpuid)
+            || (insn.is_string_instruction() && (insn.has_rep_prefix() || insn.has_repne_prefix()));
+        if special {
+            whole = false;
+            break;
+        }
+        let (r, k, _) = gpr_effects(insn, factory);
+        read |= r & !killed;
+        let flags_in = insn.rflags_read() & ARITH;
+        flags_read |= flags_in & !flags_killed;
+        let control = insn.flow_control() != FlowControl::Next;
+        if control {
+            // What a branch, call or return reads is all it says (it ends the code).
+            whole = i + 1 == insns.len();
+            break;
+        }
+        killed |= k & !read;
+        if !writes_conditionally(insn) {
+            let out = insn.rflags_written()
+                | insn.rflags_cleared()
+                | insn.rflags_set()
+                | insn.rflags_undefined();
+            flags_killed |= out & ARITH & !flags_read;
+        }
+    }
+    let (after_dead, after_flags) = if whole {
+        (exit.gprs_dead, if exit.flags_live { ARITH } else { 0 })
+    } else {
+        (0, ARITH)
+    };
+    ExitLiveness {
+        gprs_dead: (killed | (after_dead & !read)) & !RSP,
+        flags_live: (flags_read | (after_flags & !flags_killed)) != 0,
+    }
+}
+
 /// Asks `tool` to instrument the decoded block and returns what to emit.
 pub(crate) fn plan_block(
     insns: &[Instruction],
     tool: &mut dyn crate::tool::Tool,
     host: u64,
+    exit: &dyn Fn(&mut InstructionInfoFactory) -> ExitLiveness,
 ) -> emit::Plan {
     if !tool.instruments() {
         return emit::Plan::empty();
@@ -1031,18 +1129,24 @@ pub(crate) fn plan_block(
     if !insns.is_empty() {
         tool.instrument(&view, &mut ins);
     }
-    let live = flags_liveness(&view);
+    let live = flags_liveness(&view, ExitLiveness::ALL_LIVE);
     // Dead registers serve as scratch without saving: for data checks, callgrind's block
     // start, and a block counter where the flags are live (in a block where they are live
-    // throughout; see `emit::Plan::new`).
-    let (dead, written) = if ins.ops.iter().any(|o| match o {
+    // throughout; see `emit::Plan::new`). Only then is it worth looking at the successors
+    // for what is dead at the block's end (`exit`).
+    let needs_dead = ins.ops.iter().any(|o| match o {
         Op::Data { .. } | Op::CallFallbackInline { .. } => true,
         Op::CountBlock(_) => live.iter().all(|&l| l),
         _ => false,
-    }) {
-        gpr_dead_and_written(&view, &mut factory)
+    });
+    let (live, (dead, written)) = if needs_dead {
+        let exit = exit(&mut factory);
+        (
+            flags_liveness(&view, exit),
+            gpr_dead_and_written(&view, &mut factory, exit),
+        )
     } else {
-        (Vec::new(), Vec::new())
+        (live, (Vec::new(), Vec::new()))
     };
     emit::Plan::new(&view, ins, (dead, written), live)
 }
@@ -1060,7 +1164,7 @@ mod tests {
         let crs = vec![false; insns.len()];
         let mut factory = InstructionInfoFactory::new();
         let view = block_view(&insns, &crs, &mut factory);
-        gpr_dead_and_written(&view, &mut factory)
+        gpr_dead_and_written(&view, &mut factory, ExitLiveness::ALL_LIVE)
     }
 
     fn dead_masks(code: &[u8]) -> Vec<u16> {
@@ -1107,6 +1211,61 @@ mod tests {
         // Nothing is dead at the end of the block (after `ret` anything may read).
         assert_eq!(d[4], 0);
         assert_eq!(d[3], 0);
+    }
+
+    /// `entry_liveness` of the code `code` (decoded at 0x1000) before `exit`.
+    fn entry(code: &[u8], exit: ExitLiveness) -> ExitLiveness {
+        let insns: Vec<Instruction> = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        entry_liveness(&insns, exit, &mut InstructionInfoFactory::new())
+    }
+
+    #[test]
+    fn a_successor_kills_what_it_overwrites_before_reading() {
+        let all = ExitLiveness::ALL_LIVE;
+        // mov ecx, 1; mov rax, [rax]; cmp rdx, 1; ret
+        let e = entry(
+            &[
+                0xb9, 1, 0, 0, 0, 0x48, 0x8b, 0x00, 0x48, 0x83, 0xfa, 0x01, 0xc3,
+            ],
+            all,
+        );
+        assert_eq!(e.gprs_dead & (RAX | RCX | RDX), RCX);
+        assert!(!e.flags_live, "cmp writes all six flags first");
+        // mov cl, 5; cmovz rbx, rdx; inc rax; jc +0
+        let e = entry(
+            &[
+                0xb1, 0x05, 0x48, 0x0f, 0x44, 0xda, 0x48, 0xff, 0xc0, 0x72, 0x00,
+            ],
+            all,
+        );
+        assert_eq!(
+            e.gprs_dead & (RCX | RBX),
+            0,
+            "partial and conditional writes read"
+        );
+        assert!(e.flags_live, "inc keeps CF, which jc reads");
+        // rep stosb; mov ecx, 1: nothing after a rep instruction counts.
+        let e = entry(&[0xf3, 0xaa, 0xb9, 1, 0, 0, 0], all);
+        assert_eq!(e, all);
+    }
+
+    #[test]
+    fn a_block_passes_on_what_is_dead_after_it() {
+        // add rdx, 1; jnz: rcx is dead after it, so before it; the flags are written first.
+        let exit = ExitLiveness {
+            gprs_dead: RCX | RDX,
+            flags_live: true,
+        };
+        let e = entry(&[0x48, 0x83, 0xc2, 0x01, 0x75, 0x00], exit);
+        assert_eq!(e.gprs_dead & (RCX | RDX), RCX);
+        assert!(!e.flags_live);
+        // A system call ends what is known: `exit` does not count past it.
+        let e = entry(&[0x0f, 0x05], exit);
+        assert_eq!(e.gprs_dead, 0);
+        assert!(e.flags_live);
+        assert_eq!(exit.either(ExitLiveness::ALL_LIVE), ExitLiveness::ALL_LIVE);
     }
 
     #[test]

@@ -19,10 +19,11 @@ mod split;
 use crate::asm::Asm;
 use crate::cache::{Block, CodeCache, ExitKind, ExitRecord, FetchedLines};
 use crate::context::*;
+use crate::instrument::ExitLiveness;
 use dynasmrt::{dynasm, DynamicLabel, DynasmApi, DynasmLabelApi};
 use iced_x86::{
     Code, ConditionCode, Decoder, DecoderError, DecoderOptions, Encoder, FlowControl, Formatter,
-    Instruction, IntelFormatter, MemoryOperand, OpKind, Register,
+    Instruction, InstructionInfoFactory, IntelFormatter, MemoryOperand, OpKind, Register,
 };
 
 /// Bytes of the prologue at the start of every translation through which the inline
@@ -680,7 +681,10 @@ pub fn translate(
     let near = cache
         .reserve(guest, 4096)
         .ok_or(TranslateError::CacheFull)?;
-    let mut plan = crate::instrument::plan_block(&insns, tool, near);
+    let exit = |factory: &mut InstructionInfoFactory| {
+        exit_liveness((&insns, &end, guest), opts, writable, factory)
+    };
+    let mut plan = crate::instrument::plan_block(&insns, tool, near, &exit);
     plan.share_scans(opts.shared_scans);
     let code_end = insns.last().map_or(guest, |i| i.next_ip());
     let smc = code_end > guest && writable(guest, code_end);
@@ -1031,6 +1035,80 @@ fn is_xsave_family(code: Code) -> bool {
             | Code::Xrstor_mem
             | Code::Xrstor64_mem
     )
+}
+
+/// Instructions of a successor looked at for what it overwrites before reading.
+const SUCCESSOR_SCAN_INSNS: usize = 6;
+
+/// What is dead when the block `insns` (starting at `guest`) ends, from its direct
+/// successors' first instructions: a register both (or the one) overwrite before reading it
+/// needs no saving where the block's checks borrow it, nor the flags if they overwrite all
+/// six first. Nothing is known after an indirect branch, a return, a system call or a trap,
+/// nor of code in writable memory (which may change under the translation). A self-loop's
+/// own entry is one of its successors: iterated until nothing changes.
+fn exit_liveness(
+    (insns, end, guest): (&[Instruction], &BlockEnd, u64),
+    opts: &TranslateOptions,
+    writable: &dyn Fn(u64, u64) -> bool,
+    factory: &mut InstructionInfoFactory,
+) -> ExitLiveness {
+    let mut entry = |addr: u64| {
+        let mut buf = [0u8; 15 * SUCCESSOR_SCAN_INSNS];
+        let n = read_guest(addr, &mut buf);
+        let scan = TranslateOptions {
+            max_insns: SUCCESSOR_SCAN_INSNS,
+            ..*opts
+        };
+        let (succ, _) = decode_block(addr, &buf[..n], &scan);
+        let end = succ.last().map_or(addr, |i| i.next_ip());
+        if succ.is_empty() || writable(addr, end) {
+            return ExitLiveness::ALL_LIVE;
+        }
+        crate::instrument::entry_liveness(&succ, ExitLiveness::ALL_LIVE, factory)
+    };
+    let (targets, own): (Vec<u64>, bool) = match end {
+        BlockEnd::FallThrough(next) => (vec![*next], false),
+        BlockEnd::Trap { .. } => return ExitLiveness::ALL_LIVE,
+        BlockEnd::Control => {
+            let Some(last) = insns.last() else {
+                return ExitLiveness::ALL_LIVE;
+            };
+            let direct = matches!(
+                last.op0_kind(),
+                OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64
+            );
+            match last.flow_control() {
+                FlowControl::ConditionalBranch if direct => {
+                    let target = last.near_branch_target();
+                    if target == guest {
+                        (vec![last.next_ip()], true)
+                    } else {
+                        (vec![target, last.next_ip()], false)
+                    }
+                }
+                FlowControl::UnconditionalBranch | FlowControl::Call if direct => {
+                    (vec![last.near_branch_target()], false)
+                }
+                _ => return ExitLiveness::ALL_LIVE,
+            }
+        }
+    };
+    let mut exit = targets
+        .iter()
+        .map(|&t| entry(t))
+        .reduce(ExitLiveness::either)
+        .unwrap_or(ExitLiveness::ALL_LIVE);
+    let code_end = insns.last().map_or(guest, |i| i.next_ip());
+    if own && !writable(guest, code_end) {
+        loop {
+            let next = exit.either(crate::instrument::entry_liveness(insns, exit, factory));
+            if next == exit {
+                break;
+            }
+            exit = next;
+        }
+    }
+    exit
 }
 
 /// Copies of a self-loop's translation when its instrumentation is the block counter and

@@ -2,7 +2,7 @@
 //! summary layout.
 
 use rgrind_tests::{
-    check_loops_run, guest_case, run_rgrind, run_valgrind, scratch_dir, valgrind, Cmd, End,
+    check_loops_run, guest_case, run, run_rgrind, run_valgrind, scratch_dir, valgrind, Cmd, End,
 };
 use std::collections::BTreeMap;
 
@@ -162,6 +162,33 @@ fn self_loops_with_cache_checks_count_every_iteration() {
                 "line {line}:\n{run_text}\n{vtext}"
             );
         }
+    }
+}
+
+/// `succlive.S`: the checks at a block's end borrow only registers (and flags) that every
+/// successor overwrites before reading; a byte write, a `cmov` or `inc` (which keeps CF), the
+/// other side of a conditional branch, the rest of a self-loop, a callee and a system call
+/// all keep what they read. Each case sets a bit of the exit status, natively 0x7f; the
+/// same under cachegrind with simulation and under callgrind with and without it.
+#[test]
+fn values_a_successor_reads_survive_the_checks_before_it() {
+    let cmd = Cmd::guest("succlive");
+    assert_eq!(run(&cmd).end(), End::Exit(0x7f));
+    for opts in [
+        &[
+            "--tool=cachegrind",
+            "--cache-sim=yes",
+            "--cachegrind-out-file=/dev/null",
+        ][..],
+        &["--tool=callgrind", "--callgrind-out-file=/dev/null"],
+        &[
+            "--tool=callgrind",
+            "--cache-sim=yes",
+            "--callgrind-out-file=/dev/null",
+        ],
+    ] {
+        let o = run_rgrind(opts, &cmd);
+        assert_eq!(o.end(), End::Exit(0x7f), "{opts:?}: {}", o.describe());
     }
 }
 
