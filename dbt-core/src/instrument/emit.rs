@@ -389,6 +389,18 @@ impl Plan {
                 .all(|o| !self.applies_at(o, i) || matches!(o, Op::Data { .. } | Op::CountBlock(_)))
     }
 
+    /// Whether held flags may go on into the code before instruction `i` even though they
+    /// may not stay held through `i` itself (`may_hold_through`; the block's last
+    /// instruction, say a `ret` after a `pop`): that code is data checks (the first takes
+    /// the flags as saved, the last puts them back) and the block counter. Saves putting
+    /// the flags back and saving them again at once (callgrind's `calls`: every epilogue).
+    fn checks_take_held(&self, i: usize) -> bool {
+        let mut at_i = self.ops.iter().filter(|o| self.applies_at(o, i));
+        !self.rep_loop(i)
+            && at_i.clone().any(|o| matches!(o, Op::Data { .. }))
+            && at_i.all(|o| matches!(o, Op::Data { .. } | Op::CountBlock(_)))
+    }
+
     /// Whether the data check `k` (of instruction `i`, flags live) may leave the flags held
     /// instead of putting them back: another data check of `i` follows it directly, or it
     /// is the last op of `i` and the flags may stay held through `i` and on to the next
@@ -561,7 +573,7 @@ impl Plan {
         if self.is_empty() {
             return Ok(());
         }
-        if self.stashed && !self.may_hold_through(i) {
+        if self.stashed && !self.may_hold_through(i) && !self.checks_take_held(i) {
             self.unstash(a, i);
         }
         let kept = match i.checked_sub(1).and_then(|p| self.written.get(p)) {
