@@ -1098,8 +1098,12 @@ fn exit_liveness(
         .map(|&t| entry(t))
         .reduce(ExitLiveness::either)
         .unwrap_or(ExitLiveness::ALL_LIVE);
-    let code_end = insns.last().map_or(guest, |i| i.next_ip());
-    if own && !writable(guest, code_end) {
+    if own {
+        // The block is one of its own successors: nothing is known of code that may change.
+        let code_end = insns.last().map_or(guest, |i| i.next_ip());
+        if writable(guest, code_end) {
+            return ExitLiveness::ALL_LIVE;
+        }
         loop {
             let next = exit.either(crate::instrument::entry_liveness(insns, exit, factory));
             if next == exit {
