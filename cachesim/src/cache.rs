@@ -121,7 +121,7 @@ impl Cache {
 
     /// The ways of set `set`, MRU first (empty past the last set).
     fn row(&self, set: u64) -> &[u64] {
-        let start = set as usize * (self.flat.row_bytes() / 8) as usize;
+        let start = (set * self.flat.row_ways()) as usize;
         self.flat
             .tags()
             .get(start..start + self.flat.assoc() as usize)
@@ -152,7 +152,7 @@ impl Cache {
     pub fn access(&mut self, addr: u64, size: u64) -> bool {
         let set_mask = self.flat.set_mask();
         let assoc = self.flat.assoc() as usize;
-        let row_ways = (self.flat.row_bytes() / 8) as usize;
+        let row_ways = self.flat.row_ways() as usize;
         let line_size = u64::from(self.geometry.line_size);
         let tags = self.flat.tags_mut();
         access_lines(addr, size, line_size, |line| {

@@ -287,6 +287,11 @@ impl FlatCache {
     pub fn row_bytes(&self) -> u64 {
         self.row_bytes
     }
+
+    /// Entries per set row (`row_bytes / 8`): the index of set `s`'s way 0 is `s * row_ways`.
+    pub fn row_ways(&self) -> u64 {
+        self.row_bytes / 8
+    }
 }
 
 impl Clone for FlatCache {
@@ -326,7 +331,7 @@ pub unsafe fn mru_hit_raw(flat: *const FlatCache, addr: u64, size: u64) -> bool 
     let f = unsafe { &*flat };
     let line = addr >> f.line_bits;
     let last = addr.wrapping_add(size).wrapping_sub(1) >> f.line_bits;
-    let idx = (line & f.set_mask) * (f.row_bytes / 8);
+    let idx = (line & f.set_mask) * f.row_ways();
     // SAFETY: `idx = set * row_ways` with `set <= set_mask`, so `idx < sets * row_ways =
     // len` (module invariant); the allocation is live as long as `*flat` is.
     last == line && unsafe { *f.tags.as_ptr().add(idx as usize) } == line
@@ -453,7 +458,7 @@ pub unsafe fn l1_lookup_raw(flat: *const FlatCache, addr: u64) -> bool {
     let row = f
         .tags
         .as_ptr()
-        .wrapping_add(((line & f.set_mask) * (f.row_bytes / 8)) as usize);
+        .wrapping_add(((line & f.set_mask) * f.row_ways()) as usize);
     // SAFETY: in bounds (see `row`); the allocation is live and ours for the call.
     let get = |way: u64| unsafe { *row.add(way as usize) };
     // SAFETY: as for `get`.

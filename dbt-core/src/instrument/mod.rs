@@ -849,10 +849,7 @@ pub(crate) fn block_view<'a>(
                 rep,
                 locked,
                 flags_read: insn.rflags_read(),
-                flags_written: insn.rflags_written()
-                    | insn.rflags_cleared()
-                    | insn.rflags_set()
-                    | insn.rflags_undefined(),
+                flags_written: flags_written(insn),
                 client_request: cr,
             }
         })
@@ -871,6 +868,12 @@ const ARITH: u32 = RflagsBits::OF
     | RflagsBits::AF
     | RflagsBits::CF
     | RflagsBits::PF;
+
+/// The flags an instruction writes, clears, sets or leaves undefined (iced-x86
+/// `RflagsBits`).
+fn flags_written(insn: &Instruction) -> u32 {
+    insn.rflags_written() | insn.rflags_cleared() | insn.rflags_set() | insn.rflags_undefined()
+}
 
 /// Whether an instruction's flag writes may not happen (shift/rotate counts can be 0).
 fn writes_conditionally(insn: &Instruction) -> bool {
@@ -1094,11 +1097,7 @@ pub(crate) fn entry_liveness(
         }
         killed |= k & !read;
         if !writes_conditionally(insn) {
-            let out = insn.rflags_written()
-                | insn.rflags_cleared()
-                | insn.rflags_set()
-                | insn.rflags_undefined();
-            flags_killed |= out & ARITH & !flags_read;
+            flags_killed |= flags_written(insn) & ARITH & !flags_read;
         }
     }
     let (after_dead, after_flags) = if whole {

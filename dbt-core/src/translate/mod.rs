@@ -681,13 +681,13 @@ pub fn translate(
     let near = cache
         .reserve(guest, 4096)
         .ok_or(TranslateError::CacheFull)?;
+    let code_end = insns.last().map_or(guest, |i| i.next_ip());
+    let smc = code_end > guest && writable(guest, code_end);
     let exit = |factory: &mut InstructionInfoFactory| {
-        exit_liveness((&insns, &end, guest), opts, writable, factory)
+        exit_liveness((&insns, &end, guest, smc), opts, writable, factory)
     };
     let mut plan = crate::instrument::plan_block(&insns, tool, near, &exit);
     plan.share_scans(opts.shared_scans);
-    let code_end = insns.last().map_or(guest, |i| i.next_ip());
-    let smc = code_end > guest && writable(guest, code_end);
     let loop_cc = self_loop_cc(&insns, &end, guest).filter(|_| !smc);
     let shares = match (loop_cc, plan.loop_counter()) {
         (Some(_), Some(ctr)) => crate::instrument::arena::loop_shares(ctr, LOOP_COPIES - 1, near),
@@ -1040,14 +1040,15 @@ fn is_xsave_family(code: Code) -> bool {
 /// Instructions of a successor looked at for what it overwrites before reading.
 const SUCCESSOR_SCAN_INSNS: usize = 6;
 
-/// What is dead when the block `insns` (starting at `guest`) ends, from its direct
-/// successors' first instructions: a register both (or the one) overwrite before reading it
-/// needs no saving where the block's checks borrow it, nor the flags if they overwrite all
-/// six first. Nothing is known after an indirect branch, a return, a system call or a trap,
-/// nor of code in writable memory (which may change under the translation). A self-loop's
-/// own entry is one of its successors: iterated until nothing changes.
+/// What is dead when the block `insns` (starting at `guest`; `smc`: in writable memory)
+/// ends, from its direct successors' first instructions: a register both (or the one)
+/// overwrite before reading it needs no saving where the block's checks borrow it, nor the
+/// flags if they overwrite all six first. Nothing is known after an indirect branch, a
+/// return, a system call or a trap, nor of code in writable memory (which may change under
+/// the translation). A self-loop's own entry is one of its successors: iterated until
+/// nothing changes.
 fn exit_liveness(
-    (insns, end, guest): (&[Instruction], &BlockEnd, u64),
+    (insns, end, guest, smc): (&[Instruction], &BlockEnd, u64, bool),
     opts: &TranslateOptions,
     writable: &dyn Fn(u64, u64) -> bool,
     factory: &mut InstructionInfoFactory,
@@ -1100,8 +1101,7 @@ fn exit_liveness(
         .unwrap_or(ExitLiveness::ALL_LIVE);
     if own {
         // The block is one of its own successors: nothing is known of code that may change.
-        let code_end = insns.last().map_or(guest, |i| i.next_ip());
-        if writable(guest, code_end) {
+        if smc {
             return ExitLiveness::ALL_LIVE;
         }
         loop {

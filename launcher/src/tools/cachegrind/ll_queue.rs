@@ -59,7 +59,6 @@ static mut PRODUCER: Producer = Producer {
 static RING: AtomicPtr<[u64; 2]> = AtomicPtr::new(core::ptr::null_mut());
 /// What `push` needs to keep the producer's copy of the LL's MRU lines.
 static MRU: OnceLock<MruCopy> = OnceLock::new();
-static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
 static CONSUMER_PID: AtomicI32 = AtomicI32::new(0);
 /// The number of the entry at `ring[0]` in the producer's lap (producer only).
 static LAP: AtomicU64 = AtomicU64::new(0);
@@ -99,10 +98,9 @@ pub struct Started {
     pub mru: u64,
 }
 
-/// Sets up the LL parts of `hier` (once, before any guest code runs): on a consumer thread
-/// if `threaded` and the thread could be made, else synchronously.
+/// Sets up the LL parts of `hier`, the tool's `HIER` (once, before any guest code runs): on
+/// a consumer thread if `threaded` and the thread could be made, else synchronously.
 pub fn start(hier: *mut Hierarchy, threaded: bool) -> Option<Started> {
-    HIER.store(hier, Ordering::Relaxed);
     if !threaded {
         return None;
     }
@@ -167,7 +165,7 @@ pub unsafe fn push(addr: u64, size: u64, ll_slot: *mut u64) {
     let ring = RING.load(Ordering::Relaxed);
     if ring.is_null() {
         // SAFETY: without a consumer the LL is the calling (running) thread's.
-        if unsafe { cachesim::raw::ll_part(HIER.load(Ordering::Relaxed), addr, size) } {
+        if unsafe { cachesim::raw::ll_part(super::HIER.load(Ordering::Relaxed), addr, size) } {
             // SAFETY: (caller) a live slot.
             unsafe { *ll_slot += 1 };
         }
@@ -276,7 +274,7 @@ fn consumer_here() -> bool {
 /// The consumer's work on the calling thread (in a forked child, which has no consumer):
 /// the entries up to number `n`.
 fn consume_here(ring: *mut [u64; 2], n: u64) {
-    let hier = HIER.load(Ordering::Relaxed);
+    let hier = super::HIER.load(Ordering::Relaxed);
     let mut done = CONSUMED.0.load(Ordering::Relaxed);
     while done < n {
         // SAFETY: an entry written and not yet done; the LL is this thread's (no consumer).

@@ -220,6 +220,21 @@ struct Caches {
     desc: Vec<String>,
 }
 
+impl Caches {
+    /// What an inline L1 check whose whole-access helper is `h` does after an L1 miss:
+    /// `cg_ll` with the same miss slot.
+    fn after_miss(&self, h: Helper) -> AfterMiss {
+        AfterMiss {
+            helper: Helper { func: cg_ll, ..h },
+            ll_mru: self.ll_mru,
+            ll_rows: self.ll_rows,
+            ll_hit: LlHitCount::Arg0,
+            whole_lines: self.whole_lines,
+            queue: self.queue,
+        }
+    }
+}
+
 /// A simulated cache hierarchy as both tools build it from their cache options.
 pub(crate) struct SimCaches {
     /// The hierarchy, leaked: it lives as long as the process.
@@ -698,15 +713,7 @@ impl Tool for Cachegrind {
                         arg0: at(S_I1MR) as u64,
                         integer_only: true,
                     };
-                    let after_miss = AfterMiss {
-                        helper: Helper { func: cg_ll, ..h },
-                        ll_mru: c.ll_mru,
-                        ll_rows: c.ll_rows,
-                        ll_hit: LlHitCount::Arg0,
-                        whole_lines: c.whole_lines,
-                        queue: c.queue,
-                    };
-                    ins.fetch_check_l1(i, c.i1, h, after_miss);
+                    ins.fetch_check_l1(i, c.i1, h, c.after_miss(h));
                 }
                 last_line = Some(last);
                 if has_skippable_elements(v) {
@@ -732,15 +739,7 @@ impl Tool for Cachegrind {
                             arg0: slot as u64,
                             integer_only: true,
                         };
-                        let after_miss = AfterMiss {
-                            helper: Helper { func: cg_ll, ..h },
-                            ll_mru: c.ll_mru,
-                            ll_rows: c.ll_rows,
-                            ll_hit: LlHitCount::Arg0,
-                            whole_lines: c.whole_lines,
-                            queue: c.queue,
-                        };
-                        ins.data_check_l1(i, dref, c.d1, h, after_miss);
+                        ins.data_check_l1(i, dref, c.d1, h, c.after_miss(h));
                     }
                 }
             }
