@@ -42,6 +42,11 @@ const GUESTS: &[Guest] = &[
         "succlive.S",
         &["-nostdlib", "-static", "-no-pie"],
     ),
+    g(
+        "fetchloop",
+        "fetchloop.S",
+        &["-nostdlib", "-static", "-no-pie"],
+    ),
     g("memops", "memops.S", &["-nostdlib", "-static", "-no-pie"]),
     g("evexops", "evexops.S", &["-nostdlib", "-static", "-no-pie"]),
     g(

@@ -165,6 +165,35 @@ fn self_loops_with_cache_checks_count_every_iteration() {
     }
 }
 
+/// `fetchloop.S`: the later copies of an unrolled self-loop skip its fetch checks only
+/// when the loop's lines lie in distinct I1 sets (each then its set's MRU line). Its three
+/// lines in one two-way set miss on every one of the 1000 iterations; with 64 sets, once.
+/// Every line's events equal Valgrind's in both geometries.
+#[test]
+fn self_loop_fetches_skipped_only_where_each_line_keeps_its_set() {
+    for (i1, loop_misses) in [("--I1=128,2,64", 3000), ("--I1=32768,8,64", 3)] {
+        let opts = [
+            "--cache-sim=yes",
+            i1,
+            "--D1=32768,8,64",
+            "--LL=8388608,16,64",
+        ];
+        let (o, text) = profile_cmd(&Cmd::guest("fetchloop"), "fetchloop.cg", &opts);
+        assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+        let l = lines(&text);
+        // Ir I1mr ...: the loop is lines 14 to 18.
+        let i1mr: u64 = (14..=18).map(|line| l.get(&line).map_or(0, |v| v[1])).sum();
+        assert_eq!(i1mr, loop_misses, "{i1}:\n{text}");
+        let mut vg_opts = opts.to_vec();
+        vg_opts.push("--vex-guest-chase=no");
+        if let Some((_, vtext)) =
+            valgrind_cachegrind(&Cmd::guest("fetchloop"), "fetchloop-vg.cg", &vg_opts)
+        {
+            assert_eq!(l, lines(&vtext), "{i1}:\n{text}\n{vtext}");
+        }
+    }
+}
+
 /// `succlive.S`: the checks at a block's end borrow only registers (and flags) that every
 /// successor overwrites before reading; a byte write, a `cmov` or `inc` (which keeps CF), the
 /// other side of a conditional branch, the rest of a self-loop, a callee and a system call
