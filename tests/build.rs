@@ -24,6 +24,9 @@ const fn g(name: &'static str, source: &'static str, flags: &'static [&'static s
     }
 }
 
+/// Flags of the assembly guests that run without libc: a static, fixed-address program.
+const NO_LIBC: &[&str] = &["-nostdlib", "-static", "-no-pie"];
+
 /// Default build: dynamically linked PIE at -O2 (Debian's gcc default is PIE).
 const GUESTS: &[Guest] = &[
     g("hello", "hello.c", &[]),
@@ -33,38 +36,18 @@ const GUESTS: &[Guest] = &[
     g("hello-O0", "hello.c", &["-O0"]),
     g("exit", "exit.c", &[]),
     g("exit-static", "exit.c", &["-static"]),
-    g("tiny", "tiny.S", &["-nostdlib", "-static", "-no-pie"]),
-    g("branchy", "branchy.S", &["-nostdlib", "-static", "-no-pie"]),
-    g("dflag", "dflag.S", &["-nostdlib", "-static", "-no-pie"]),
-    g("loops", "loops.S", &["-nostdlib", "-static", "-no-pie"]),
-    g(
-        "succlive",
-        "succlive.S",
-        &["-nostdlib", "-static", "-no-pie"],
-    ),
-    g(
-        "fetchloop",
-        "fetchloop.S",
-        &["-nostdlib", "-static", "-no-pie"],
-    ),
-    g("memops", "memops.S", &["-nostdlib", "-static", "-no-pie"]),
-    g("evexops", "evexops.S", &["-nostdlib", "-static", "-no-pie"]),
-    g(
-        "samelines",
-        "samelines.S",
-        &["-nostdlib", "-static", "-no-pie"],
-    ),
-    g(
-        "cutshort",
-        "cutshort.S",
-        &["-nostdlib", "-static", "-no-pie"],
-    ),
-    g("gotswap", "gotswap.S", &["-nostdlib", "-static", "-no-pie"]),
-    g(
-        "scratchregs",
-        "scratchregs.S",
-        &["-nostdlib", "-static", "-no-pie"],
-    ),
+    g("tiny", "tiny.S", NO_LIBC),
+    g("branchy", "branchy.S", NO_LIBC),
+    g("dflag", "dflag.S", NO_LIBC),
+    g("loops", "loops.S", NO_LIBC),
+    g("succlive", "succlive.S", NO_LIBC),
+    g("fetchloop", "fetchloop.S", NO_LIBC),
+    g("memops", "memops.S", NO_LIBC),
+    g("evexops", "evexops.S", NO_LIBC),
+    g("samelines", "samelines.S", NO_LIBC),
+    g("cutshort", "cutshort.S", NO_LIBC),
+    g("gotswap", "gotswap.S", NO_LIBC),
+    g("scratchregs", "scratchregs.S", NO_LIBC),
     g("auxv", "auxv.c", &[]),
     g("auxv-nopie", "auxv.c", &["-no-pie"]),
     g("auxv-static", "auxv.c", &["-static"]),
