@@ -453,7 +453,9 @@ impl Plan {
         (end >> cache.line_bits) - (first.addr >> cache.line_bits) <= cache.set_mask
     }
 
-    /// Makes the following `emit_before` calls bump `ctr` instead of the block counter.
+    /// Makes the following `emit_before` calls emit a later copy of an unrolled self-loop
+    /// (`loop_counter`): they bump `ctr`, the copy's share, instead of the block counter, and
+    /// leave out the fetch checks that the copy before made hits (`Plan::fetch`).
     pub(crate) fn set_counter(&mut self, ctr: *mut u64) {
         self.counter_override = Some(ctr);
     }
@@ -1042,9 +1044,10 @@ impl Plan {
         let f = &self.facts[i];
         self.fetched = Some(fetched_lines(cache, f.addr, f.len));
         if self.counter_override.is_some() && self.lines_in_distinct_sets(cache) {
-            // A later copy of an unrolled self-loop: the copy before fetched every line of
-            // the block, each in a set of its own, and nothing else reached the cache since,
-            // so each line is its set's MRU one: a hit that changes nothing.
+            // A later copy of an unrolled self-loop, entered only from the copy before (a
+            // signal or a yield leaves at the block's start): that copy fetched every line
+            // of the block, each in a set of its own, and nothing else reached the cache
+            // since, so each line is its set's MRU one: a hit that changes nothing.
             return;
         }
         let (addr, len) = (f.addr, u64::from(f.len.max(1)));
