@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use cachesim::raw::{cachesim_cond_branch, cachesim_data, mru_hit_raw};
-use cachesim::{BranchPredictor, CacheGeometry, Hierarchy, L1Level};
+use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
 use divan::counter::ItemsCount;
 use divan::Bencher;
 
@@ -52,7 +52,7 @@ fn free(hp: *mut Hierarchy) {
 fn mru_fast_path(b: Bencher) {
     let addrs = mru_addrs();
     let hp = warmed(&addrs);
-    let flat = Hierarchy::flat_ptr_of(hp, L1Level::D1);
+    let flat = Hierarchy::d1_flat_ptr_of(hp);
     b.counter(ItemsCount::new(N)).bench_local(|| {
         let mut hits = 0u32;
         for &a in &addrs {
@@ -71,7 +71,7 @@ fn mru_fast_path(b: Bencher) {
 fn inline_check_then_call(b: Bencher) {
     let addrs = mru_addrs();
     let hp = warmed(&addrs);
-    let flat = Hierarchy::flat_ptr_of(hp, L1Level::D1);
+    let flat = Hierarchy::d1_flat_ptr_of(hp);
     b.counter(ItemsCount::new(N)).bench_local(|| {
         let mut misses = 0u32;
         for &a in &addrs {

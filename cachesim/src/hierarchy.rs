@@ -20,6 +20,7 @@ use crate::cache::Cache;
 use crate::geometry::{CacheGeometry, CacheLevel, CheckError};
 use crate::last_level::LastLevel;
 use crate::raw::{FlatCache, OUTCOME_HIT, OUTCOME_L1_MISS, OUTCOME_LL_MISS};
+use crate::slots::SlotCache;
 
 /// The result of one reference.
 #[repr(u32)]
@@ -67,8 +68,9 @@ pub struct HierarchyError {
     pub check: CheckError,
 }
 
-/// A first-level cache, the levels whose tags generated code reads and updates itself
-/// ([`Hierarchy::flat_ptr_of`]); LL is read only through [`LastLevel::mru_tags_ptr`].
+/// A first-level cache, the levels whose state generated code reads and updates itself
+/// (the D1's rows through [`Hierarchy::d1_flat_ptr_of`], the I1's slots through
+/// [`Hierarchy::i1_ptr_of`]); LL is read only through [`LastLevel::mru_tags_ptr`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum L1Level {
     /// Level-1 instruction cache.
@@ -77,20 +79,20 @@ pub enum L1Level {
     D1,
 }
 
-/// I1 + D1 + unified LL. Always boxed, so the flat parts at [`Hierarchy::I1_FLAT_OFFSET`] and
-/// [`Hierarchy::D1_FLAT_OFFSET`] keep their addresses for generated code.
+/// I1 + D1 + unified LL. Always boxed, so the I1 and the D1's flat part at
+/// [`Hierarchy::D1_FLAT_OFFSET`] keep their addresses for generated code. The I1 is kept as
+/// slots with stamps ([`SlotCache`]), whose lines stay where they are until evicted, the D1
+/// as rows in recency order ([`Cache`]); both give Cachegrind's hits and misses.
 #[repr(C)]
 #[derive(Clone, Debug)]
 pub struct Hierarchy {
-    i1: Cache,
+    i1: SlotCache,
     d1: Cache,
     ll: LastLevel,
     min_line_size: u64,
 }
 
 impl Hierarchy {
-    /// Byte offset of I1's [`FlatCache`] inside a `Hierarchy`.
-    pub const I1_FLAT_OFFSET: usize = offset_of!(Hierarchy, i1) + Self::CACHE_FLAT_OFFSET;
     /// Byte offset of D1's [`FlatCache`] inside a `Hierarchy`.
     pub const D1_FLAT_OFFSET: usize = offset_of!(Hierarchy, d1) + Self::CACHE_FLAT_OFFSET;
     const CACHE_FLAT_OFFSET: usize = Cache::FLAT_OFFSET;
@@ -114,7 +116,7 @@ impl Hierarchy {
                 check,
             }
         };
-        let i1 = Cache::new(i1).map_err(error(CacheLevel::I1, i1))?;
+        let i1 = SlotCache::new(i1).map_err(error(CacheLevel::I1, i1))?;
         let d1 = Cache::new(d1).map_err(error(CacheLevel::D1, d1))?;
         let ll = LastLevel::new(ll).map_err(error(CacheLevel::LL, ll))?;
         let min_line_size = [i1.geometry(), d1.geometry(), ll.geometry()]
@@ -143,7 +145,7 @@ impl Hierarchy {
     }
 
     /// The instruction cache.
-    pub fn i1(&self) -> &Cache {
+    pub fn i1(&self) -> &SlotCache {
         &self.i1
     }
 
@@ -157,29 +159,30 @@ impl Hierarchy {
         &self.ll
     }
 
-    /// Raw pointer to I1's flat part (same as `self as *const _ + I1_FLAT_OFFSET`).
-    pub fn i1_flat_ptr(&self) -> *const FlatCache {
-        self.i1.flat_ptr()
-    }
-
     /// Raw pointer to D1's flat part.
     pub fn d1_flat_ptr(&self) -> *const FlatCache {
         self.d1.flat_ptr()
     }
 
-    /// The flat part of `level` inside the hierarchy at `hierarchy`, computed by byte offset
-    /// only (no reference is created), as generated code does it. Use this with a pointer from
+    /// The D1's flat part inside the hierarchy at `hierarchy`, computed by byte offset only
+    /// (no reference is created), as generated code does it. Use this with a pointer from
     /// `Box::into_raw` so that the flat pointers and the `*mut Hierarchy` handed to the
     /// slow paths share one provenance.
-    pub fn flat_ptr_of(hierarchy: *const Hierarchy, level: L1Level) -> *const FlatCache {
-        let offset = match level {
-            L1Level::I1 => Self::I1_FLAT_OFFSET,
-            L1Level::D1 => Self::D1_FLAT_OFFSET,
-        };
+    pub fn d1_flat_ptr_of(hierarchy: *const Hierarchy) -> *const FlatCache {
         hierarchy
             .cast::<u8>()
-            .wrapping_add(offset)
+            .wrapping_add(Self::D1_FLAT_OFFSET)
             .cast::<FlatCache>()
+    }
+
+    /// The I1 inside the hierarchy at `hierarchy`, by byte offset only (as
+    /// [`Hierarchy::d1_flat_ptr_of`]): what [`crate::raw::slots_touch`] and
+    /// [`crate::raw::slots_find`] take.
+    pub fn i1_ptr_of(hierarchy: *mut Hierarchy) -> *mut SlotCache {
+        hierarchy
+            .cast::<u8>()
+            .wrapping_add(Self::I1_OFFSET)
+            .cast::<SlotCache>()
     }
 
     /// An instruction fetch: one I1 access of the instruction's length (a zero length counts
@@ -188,7 +191,8 @@ impl Hierarchy {
     #[inline]
     pub fn fetch(&mut self, addr: u64, size: u64) -> Outcome {
         let size = self.clamp_size(size);
-        Self::through(&mut self.i1, &mut self.ll, addr, size)
+        let l1_miss = self.i1.access(addr, size);
+        Self::behind(l1_miss, &mut self.ll, addr, size)
     }
 
     /// A data access (load, store or modify, all the same): D1, then LL on a D1 miss.
@@ -196,7 +200,8 @@ impl Hierarchy {
     #[inline]
     pub fn data(&mut self, addr: u64, size: u64) -> Outcome {
         let size = self.clamp_size(size);
-        Self::through(&mut self.d1, &mut self.ll, addr, size)
+        let l1_miss = self.d1.access(addr, size);
+        Self::behind(l1_miss, &mut self.ll, addr, size)
     }
 
     /// The LL part of an access whose L1 lookup (of a single-line access) has already been
@@ -215,8 +220,8 @@ impl Hierarchy {
     }
 
     #[inline]
-    fn through(l1: &mut Cache, ll: &mut LastLevel, addr: u64, size: u64) -> Outcome {
-        if !l1.access(addr, size) {
+    fn behind(l1_miss: bool, ll: &mut LastLevel, addr: u64, size: u64) -> Outcome {
+        if !l1_miss {
             Outcome::Hit
         } else if !ll.access(addr, size) {
             Outcome::L1Miss
@@ -382,15 +387,10 @@ mod tests {
         let h = small();
         let base = (&*h as *const Hierarchy).cast::<u8>();
         assert_eq!(
-            base.wrapping_add(Hierarchy::I1_FLAT_OFFSET)
-                .cast::<FlatCache>(),
-            h.i1_flat_ptr()
-        );
-        assert_eq!(
             base.wrapping_add(Hierarchy::D1_FLAT_OFFSET)
                 .cast::<FlatCache>(),
             h.d1_flat_ptr()
         );
-        assert_eq!(Hierarchy::flat_ptr_of(&*h, L1Level::D1), h.d1_flat_ptr());
+        assert_eq!(Hierarchy::d1_flat_ptr_of(&*h), h.d1_flat_ptr());
     }
 }

@@ -28,7 +28,7 @@
 //!   `desc: `); [`verbose_config_lines`] the `-v` block.
 //!
 //! # Interface for generated code
-//! Each [`Cache`] starts with a flat `#[repr(C)]` [`FlatCache`]:
+//! The D1 is a [`Cache`], which starts with a flat `#[repr(C)]` [`FlatCache`]:
 //!
 //! | offset | const | field |
 //! |---|---|---|
@@ -38,27 +38,34 @@
 //! | 24 | [`FlatCache::ASSOC_OFFSET`] | `u64` ways |
 //! | 32 | [`FlatCache::ROW_BYTES_OFFSET`] | `u64` `assoc` rounded up to a power of two, times 8 |
 //!
-//! A [`Hierarchy`] is always boxed; its I1 and D1 flat parts are at
-//! [`Hierarchy::I1_FLAT_OFFSET`] and [`Hierarchy::D1_FLAT_OFFSET`] from the box's address.
-//! The translator should keep `Box::into_raw(hierarchy)` (one per simulated thread), derive
-//! the flat pointers from it with [`Hierarchy::flat_ptr_of`] (pure pointer arithmetic, so all
-//! pointers share one provenance), hand the same `*mut Hierarchy` to the slow paths, and free
-//! it with `Box::from_raw` when the thread's simulation ends. The flat fields never change
-//! after construction; only the tag array they point to does. The inline check, with
-//! `size` already clamped by [`Hierarchy::clamp_size`] (i.e. `1..=min_line_size`, fixed per
-//! run so the translator can fold it):
+//! A [`Hierarchy`] is always boxed; the D1's flat part is at [`Hierarchy::D1_FLAT_OFFSET`]
+//! from the box's address. The translator should keep `Box::into_raw(hierarchy)` (one per
+//! simulated thread), derive the flat pointer from it with [`Hierarchy::d1_flat_ptr_of`]
+//! (pure pointer arithmetic, so all pointers share one provenance), hand the same
+//! `*mut Hierarchy` to the slow paths, and free it with `Box::from_raw` when the thread's
+//! simulation ends. The flat fields never change after construction; only the tag array
+//! they point to does. The inline check, with `size` already clamped by
+//! [`Hierarchy::clamp_size`] (i.e. `1..=min_line_size`, fixed per run so the translator can
+//! fold it):
 //!
 //! ```text
 //! line = addr >> line_bits
 //! if ((addr + size - 1) >> line_bits) == line && tags[(line & set_mask) * row_bytes / 8] == line {
 //!     hit: change nothing, count the access only
 //! } else {
-//!     outcome = cachesim_fetch(hierarchy, addr, size)   // I1 (+LL); or cachesim_data for D1
+//!     outcome = cachesim_data(hierarchy, addr, size)   // D1 (+LL)
 //! }
 //! ```
 //!
 //! This is exact, not an approximation: a hit in the MRU way changes no state in Cachegrind,
 //! and LL is not consulted on an L1 hit. The slow path redoes the whole reference.
+//!
+//! The I1 is a [`SlotCache`] ([`Hierarchy::i1_ptr_of`]): lines that stay in their slot until
+//! evicted, each with the stamp of its last use, and a clock per set ([`SlotCache::base`]
+//! documents the layout). Code that fetches from a fixed address keeps the slot its line
+//! was in; when the slot still holds the line, the hit's whole LRU update is
+//! `clock += 1; stamp = clock`, else [`raw::slots_touch`] does the lookup and says where the
+//! line is now (and [`raw::cachesim_ll_after_l1_miss`] the LL part on a miss).
 //!
 //! Generated code may also do the rest of the L1 lookup of a single-line access itself (scan
 //! ways `1..assoc`, move the ways in front of the hit down by one and the line to way 0, or on
@@ -101,6 +108,7 @@ pub mod geometry;
 mod hierarchy;
 mod last_level;
 pub mod raw;
+mod slots;
 
 pub use branch::{BranchPredictor, HIST_BITS, IADDR_BITS, N_BTAC, N_COUNTERS};
 pub use cache::Cache;
@@ -115,3 +123,4 @@ pub use geometry::{
 pub use hierarchy::{Hierarchy, HierarchyError, L1Level, Outcome};
 pub use last_level::LastLevel;
 pub use raw::{FlatCache, OUTCOME_HIT, OUTCOME_L1_MISS, OUTCOME_LL_MISS};
+pub use slots::{SlotCache, Touched, CLOCK_WORDS, SLOT_WORDS};

@@ -39,6 +39,7 @@ use crate::branch::BranchPredictor;
 use crate::cache::Cache;
 use crate::hierarchy::{Hierarchy, L1Level};
 use crate::last_level::LastLevel;
+use crate::slots::SlotCache;
 
 /// The part of one cache level that inline code reads: `#[repr(C)]`, field offsets below.
 ///
@@ -167,6 +168,18 @@ impl<T: ZeroIsValid> ZeroedArray<T> {
         let (ptr, mapped) = alloc_zeroed::<T>(len, false)?;
         Some(ZeroedArray { ptr, len, mapped })
     }
+
+    /// Like `new`, below 2 GiB when it is small enough and the kernel allows (what generated
+    /// code addresses with a 32-bit displacement).
+    pub(crate) fn new_low(len: u64) -> Option<Self> {
+        let (ptr, mapped) = alloc_zeroed::<T>(len, true)?;
+        Some(ZeroedArray { ptr, len, mapped })
+    }
+
+    /// The first element's address.
+    pub(crate) fn as_ptr(&self) -> *const T {
+        self.ptr.as_ptr()
+    }
 }
 
 impl<T: ZeroIsValid> core::ops::Deref for ZeroedArray<T> {
@@ -187,7 +200,11 @@ impl<T: ZeroIsValid> core::ops::DerefMut for ZeroedArray<T> {
 
 impl<T: ZeroIsValid> Clone for ZeroedArray<T> {
     fn clone(&self) -> Self {
-        let Some(mut copy) = ZeroedArray::new(self.len) else {
+        let Some(mut copy) = (if self.mapped {
+            ZeroedArray::new_low(self.len)
+        } else {
+            ZeroedArray::new(self.len)
+        }) else {
             // `new` allocated this size already; only memory exhaustion gets here.
             std::alloc::handle_alloc_error(std::alloc::Layout::new::<T>());
         };
@@ -401,9 +418,37 @@ pub unsafe fn l1_part(hierarchy: *mut Hierarchy, level: L1Level, addr: u64, size
     // call.
     unsafe {
         let size = clamped_size(hierarchy, size);
-        let l1 = &mut *hierarchy.cast::<u8>().add(offset).cast::<Cache>();
-        l1.access(addr, size)
+        let l1 = hierarchy.cast::<u8>().add(offset);
+        match level {
+            L1Level::I1 => (*l1.cast::<SlotCache>()).access(addr, size),
+            L1Level::D1 => (*l1.cast::<Cache>()).access(addr, size),
+        }
     }
+}
+
+/// The L1 part of an instruction fetch for one line, for generated code that keeps where
+/// the line was ([`SlotCache::touch`]): the address of the slot that now holds `line`
+/// (its line word; 16-byte aligned), plus 1 if it missed. Panic- and allocation-free.
+///
+/// # Safety
+/// `cache` is [`Hierarchy::i1_ptr_of`] of a live hierarchy whose I1 nothing else accesses
+/// during the call.
+pub unsafe extern "C" fn slots_touch(cache: u64, line: u64) -> u64 {
+    // SAFETY: (caller) a live SlotCache, ours alone for the call.
+    let c = unsafe { &mut *(cache as *mut SlotCache) };
+    let t = c.touch(line);
+    c.slot_addr(line, t.way) | u64::from(t.missed)
+}
+
+/// The address of the slot that holds `line` (its line word), 0 if none; changes nothing.
+///
+/// # Safety
+/// `cache` is [`Hierarchy::i1_ptr_of`] of a live hierarchy that nothing writes during the
+/// call.
+pub unsafe extern "C" fn slots_find(cache: u64, line: u64) -> u64 {
+    // SAFETY: (caller) a live SlotCache, not written meanwhile.
+    let c = unsafe { &*(cache as *const SlotCache) };
+    c.find(line).map_or(0, |w| c.slot_addr(line, w))
 }
 
 /// The LL part of an access whose L1 part missed ([`l1_part`]): `true` on an LL miss.

@@ -4,9 +4,11 @@
 
 use cachesim::raw::{
     cachesim_data, cachesim_fetch, cachesim_ll_after_l1_miss, l1_lookup_raw, mru_hit_raw,
+    slots_find, slots_touch,
 };
-use cachesim::{Cache, CacheGeometry, Hierarchy, L1Level, Outcome};
+use cachesim::{Cache, CacheGeometry, Hierarchy, Outcome, SlotCache};
 use proptest::prelude::*;
+use std::collections::HashMap;
 
 /// Naive LRU cache: `sets[s]` lists resident lines, most recently used first, starting as
 /// `assoc` copies of line 0 (Cachegrind's all-zero tags).
@@ -61,6 +63,67 @@ impl Model {
     fn is_mru(&self, line: u64) -> bool {
         let n = self.sets.len() as u64;
         self.sets[(line % n) as usize][0] == line
+    }
+}
+
+/// The I1 protocol of the translator's generated code (`Plan::fetch`): each fetch site
+/// (here: each address and size) keeps, per line, the address of the slot it found the
+/// line in; the inline part compares that slot's line word and, when every line is there,
+/// advances the set's clock and stamps the slot; anything else goes to `slots_touch`, line
+/// by line, and the site keeps the slots it returns.
+#[derive(Default)]
+struct Sites {
+    slots: HashMap<(u64, u64), [u64; 2]>,
+}
+
+impl Sites {
+    /// `true` on an I1 hit.
+    ///
+    /// # Safety
+    /// `hp` is a live hierarchy from `Box::into_raw` that nothing else accesses.
+    unsafe fn fetch(&mut self, hp: *mut Hierarchy, addr: u64, size: u64) -> bool {
+        let cache = Hierarchy::i1_ptr_of(hp);
+        // SAFETY: (caller) live; read only here.
+        let (bits, base, row_bytes, set_mask) = unsafe {
+            let c: &SlotCache = &*cache;
+            (c.line_bits(), c.base(), c.row_bytes(), c.set_mask())
+        };
+        let (first, last) = (addr >> bits, (addr + size - 1) >> bits);
+        let lines = [first, last];
+        let lines = &lines[..1 + usize::from(last != first)];
+        let site = self.slots.entry((addr, size)).or_insert_with(|| {
+            // At translation: where the line is now, else any slot of its set.
+            // SAFETY: (caller) live; `slots_find` only reads.
+            let at = |l: u64| match unsafe { slots_find(cache as u64, l) } {
+                0 => base + (l & set_mask) * row_bytes + 16,
+                s => s,
+            };
+            [at(first), at(last)]
+        });
+        // SAFETY: the slot addresses lie in the live I1's words (found by the simulator).
+        let inline_hit = lines
+            .iter()
+            .zip(site.iter())
+            .all(|(&l, &slot)| unsafe { *(slot as *const u64) } == l);
+        if inline_hit {
+            for (&l, &slot) in lines.iter().zip(site.iter()) {
+                let clock = (base + (l & set_mask) * row_bytes) as *mut u64;
+                // SAFETY: the set's clock and the slot's stamp, in the live I1's words.
+                unsafe {
+                    *clock += 1;
+                    *((slot + 8) as *mut u64) = *clock;
+                }
+            }
+            return true;
+        }
+        let mut missed = false;
+        for (k, &l) in lines.iter().enumerate() {
+            // SAFETY: (caller) live, ours alone.
+            let r = unsafe { slots_touch(cache as u64, l) };
+            missed |= r & 1 != 0;
+            site[k] = r & !1;
+        }
+        !missed
     }
 }
 
@@ -136,11 +199,10 @@ proptest! {
         // Drive the hierarchy the way generated code does: inline check through the raw
         // flat layout, then the extern "C" slow path.
         let hp = Box::into_raw(h);
-        let flat_i = Hierarchy::flat_ptr_of(hp, L1Level::I1);
-        let flat_d = Hierarchy::flat_ptr_of(hp, L1Level::D1);
+        let flat_d = Hierarchy::d1_flat_ptr_of(hp);
         for (is_fetch, addr, size) in trace {
             let size = size.clamp(1, min_line);
-            let (l1, flat) = if is_fetch { (&mut mi, flat_i) } else { (&mut md, flat_d) };
+            let l1 = if is_fetch { &mut mi } else { &mut md };
             let want = if !l1.access(addr, size) {
                 Outcome::Hit
             } else if !ml.access(addr, size) {
@@ -150,11 +212,11 @@ proptest! {
             };
             // SAFETY: `hp` is the live hierarchy from Box::into_raw; the flat pointers were
             // derived from it by offset; nothing else accesses it.
-            let got = if unsafe { mru_hit_raw(flat, addr, size) } {
-                Outcome::Hit
-            } else if is_fetch {
+            let got = if is_fetch {
                 // SAFETY: as above.
                 Outcome::from_code(unsafe { cachesim_fetch(hp, addr, size) }).expect("code")
+            } else if unsafe { mru_hit_raw(flat_d, addr, size) } {
+                Outcome::Hit
             } else {
                 // SAFETY: as above.
                 Outcome::from_code(unsafe { cachesim_data(hp, addr, size) }).expect("code")
@@ -179,14 +241,14 @@ proptest! {
         // straddles go to the full slow path; a single-line access checks the MRU way, then
         // scans and updates the L1 set itself, and calls the LL-only path on an L1 miss.
         let hp = Box::into_raw(h);
-        let flat_i = Hierarchy::flat_ptr_of(hp, L1Level::I1);
-        let flat_d = Hierarchy::flat_ptr_of(hp, L1Level::D1);
+        let flat_d = Hierarchy::d1_flat_ptr_of(hp);
+        let mut sites = Sites::default();
         for (is_fetch, addr, size) in trace {
             let size = size.clamp(1, min_line);
-            let (l1, flat, line_size) = if is_fetch {
-                (&mut mi, flat_i, u64::from(i1.line_size))
+            let (l1, line_size) = if is_fetch {
+                (&mut mi, u64::from(i1.line_size))
             } else {
-                (&mut md, flat_d, u64::from(d1.line_size))
+                (&mut md, u64::from(d1.line_size))
             };
             let want = if !l1.access(addr, size) {
                 Outcome::Hit
@@ -200,11 +262,19 @@ proptest! {
             // from it by offset and nothing else accesses it (the safety condition of every
             // raw call below); `l1_lookup_raw` is only called for a single-line access.
             // SAFETY: see above; `l1_lookup_raw` only runs for a single-line access.
-            let l1_hit =
-                single && unsafe { mru_hit_raw(flat, addr, size) || l1_lookup_raw(flat, addr) };
-            let got = if !single && is_fetch {
+            let l1_hit = !is_fetch
+                && single
+                && unsafe { mru_hit_raw(flat_d, addr, size) || l1_lookup_raw(flat_d, addr) };
+            let got = if is_fetch {
                 // SAFETY: see above.
-                Outcome::from_code(unsafe { cachesim_fetch(hp, addr, size) }).expect("code")
+                let l1_hit = unsafe { sites.fetch(hp, addr, size) };
+                if l1_hit {
+                    Outcome::Hit
+                } else {
+                    // SAFETY: see above.
+                    Outcome::from_code(unsafe { cachesim_ll_after_l1_miss(hp, addr, size) })
+                        .expect("code")
+                }
             } else if !single {
                 // SAFETY: see above.
                 Outcome::from_code(unsafe { cachesim_data(hp, addr, size) }).expect("code")

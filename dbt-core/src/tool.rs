@@ -16,7 +16,7 @@ pub use crate::dispatch::request_retranslation;
 pub use crate::instrument::arena::fold_loop_shares as fold_block_counters;
 pub use crate::instrument::{
     AccessKind, AfterMiss, BlockView, CallArg, DataRef, FlowKind, Helper, InsnView, Instrumenter,
-    LaneRef, Lanes, LlHitCount, LlQueue, LlRows, MaskedOff, MemAccess, MruCache, RepKind,
+    LaneRef, Lanes, LlHitCount, LlQueue, LlRows, MaskedOff, MemAccess, MruCache, RepKind, SlotI1,
 };
 pub use crate::runlock::set_switch_hook as set_thread_switch_hook;
 // Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.

@@ -29,9 +29,10 @@
 //! Deliberately not done: merging checks across guest instructions (each instruction's
 //! requests are emitted on their own; only held flags carry over).
 use super::calltrack::{EXIT_OTHER, EXIT_RET};
+use super::fetch_slots::fetch_slots_slow;
 use super::{
     AddressTerm, AfterMiss, BlockView, CallArg, DataRef, Helper, LaneRef, LlHitCount, LlQueue,
-    MaskedOff, MemAccess, MruCache, Op,
+    MaskedOff, MemAccess, MruCache, Op, SlotI1,
 };
 use super::{Instrumenter, RepKind};
 use crate::asm::Asm;
@@ -102,12 +103,6 @@ struct Slow {
 }
 
 enum SlowKind {
-    /// Call `helper` for the whole access.
-    Call {
-        helper: Helper,
-        arg1: u64,
-        arg2: u64,
-    },
     /// `kind` with guest rax and rcx saved first (`gs:[instr_scratch]`) and restored on the
     /// way back, for a check that borrowed no register (`entry` is the inner kind's label).
     Saving {
@@ -180,17 +175,19 @@ enum SlowKind {
         jump: super::calltrack::InlineJump,
         owed: i32,
     },
-    /// The same for an instruction fetch (constant address): on entry only rax and rcx are
-    /// saved and the flags are live.
-    FetchScan {
-        cache: MruCache,
+    /// A fetch check that did not find its lines in their slots (`Plan::fetch`): rax and
+    /// rcx saved (the hot part's, or `Saving`'s), the flags live unless `flags_dead`.
+    /// `fetch_slots_slow` does the lookup and repoints the check (its record at `record`),
+    /// then `after_miss` on an I1 miss.
+    FetchSlots {
+        cache: &'static SlotI1,
         after_miss: AfterMiss,
-        /// The guest's flags are dead at the fetch: the scan need not keep them.
         flags_dead: bool,
         addr: u64,
         len: u64,
-        /// Whether a single-line scan may be a shared routine (`shared_data_scan`).
-        shared: bool,
+        record: DynamicLabel,
+        /// The check's end in the hot part (its `back`, unless `Saving` wraps this kind).
+        end: DynamicLabel,
     },
 }
 
@@ -444,13 +441,14 @@ impl Plan {
         counter
     }
 
-    /// Whether the block's lines (first to last byte) lie in distinct sets of `cache`.
-    fn lines_in_distinct_sets(&self, cache: MruCache) -> bool {
+    /// Whether the block's lines (first to last byte) lie in distinct sets of a cache of
+    /// lines of `1 << line_bits` bytes with `set_mask + 1` sets.
+    fn lines_in_distinct_sets(&self, line_bits: u32, set_mask: u64) -> bool {
         let (Some(first), Some(last)) = (self.facts.first(), self.facts.last()) else {
             return false;
         };
         let end = last.addr + u64::from(last.len.max(1)) - 1;
-        (end >> cache.line_bits) - (first.addr >> cache.line_bits) <= cache.set_mask
+        (end >> line_bits) - (first.addr >> line_bits) <= set_mask
     }
 
     /// Makes the following `emit_before` calls emit a later copy of an unrolled self-loop
@@ -595,13 +593,10 @@ impl Plan {
         let first = self.entry_fetch.filter(|_| i == 0);
         if let Some(k) = first {
             if let Op::Fetch {
-                cache,
-                helper,
-                after_miss,
-                ..
+                cache, after_miss, ..
             } = self.ops[k]
             {
-                self.fetch(a, i, cache, helper, after_miss);
+                self.fetch(a, i, cache, after_miss);
                 self.line_entry = self.fetched.map(|l| (a.offset().0, l));
                 // The line entry comes in here without that check's saves.
                 self.fresh = [false; 2];
@@ -637,9 +632,8 @@ impl Plan {
                 Op::Fetch {
                     insn,
                     cache,
-                    helper,
                     after_miss,
-                } if insn == i => self.fetch(a, i, cache, helper, after_miss),
+                } if insn == i => self.fetch(a, i, cache, after_miss),
                 Op::Data {
                     insn,
                     dref,
@@ -1033,68 +1027,62 @@ impl Plan {
         Ok(())
     }
 
-    fn fetch(
-        &mut self,
-        a: &mut Asm,
-        i: usize,
-        cache: MruCache,
-        helper: Helper,
-        after_miss: Option<AfterMiss>,
-    ) {
+    /// The I1 check of instruction `i`'s fetch (`Instrumenter::fetch_check_l1`): per line,
+    /// compare the slot the line was in when last seen; when all match, advance the set's
+    /// clock and stamp the slot (the hit's LRU update), else the slow path
+    /// (`SlowKind::FetchSlots`), which does the lookup in Rust and points these
+    /// instructions at the slots the lines are in now.
+    // dynasm's dynamic registers (`Rq(n)`) expand to a `.into()` of the `u8` given.
+    #[allow(clippy::useless_conversion)]
+    fn fetch(&mut self, a: &mut Asm, i: usize, cache: &'static SlotI1, after_miss: AfterMiss) {
         let f = &self.facts[i];
         self.fetched = Some(fetched_lines(cache, f.addr, f.len));
-        if self.counter_override.is_some() && self.lines_in_distinct_sets(cache) {
+        if self.counter_override.is_some()
+            && self.lines_in_distinct_sets(cache.line_bits, cache.set_mask)
+        {
             // A later copy of an unrolled self-loop, entered only from the copy before (a
             // signal or a yield leaves at the block's start): that copy fetched every line
             // of the block, each in a set of its own, and nothing else reached the cache
-            // since, so each line is its set's MRU one: a hit that changes nothing.
+            // since, so each line is its set's most recently used: a hit that changes the
+            // order of none.
             return;
         }
         let (addr, len) = (f.addr, u64::from(f.len.max(1)));
-        let line = addr >> cache.line_bits;
+        let first = addr >> cache.line_bits;
+        let last = (addr + len - 1) >> cache.line_bits;
+        let lines = &[first, last][..1 + usize::from(last != first)];
         let entry = a.new_dynamic_label();
         let back = a.new_dynamic_label();
-        let kind = match after_miss {
-            Some(after_miss) => SlowKind::FetchScan {
-                cache,
-                after_miss,
-                flags_dead: !self.live[i],
-                addr,
-                len,
-                shared: self.shared_scans,
-            },
-            None => SlowKind::Call {
-                helper,
-                arg1: addr,
-                arg2: len,
-            },
+        let record = a.new_dynamic_label();
+        let kind = SlowKind::FetchSlots {
+            cache,
+            after_miss,
+            flags_dead: !self.live[i],
+            addr,
+            len,
+            record,
+            end: back,
         };
-        // Each line the fetch touches, with the address of its set's MRU tag. A fetch across
-        // two lines is a hit that changes nothing when both are MRU (`Cache::access` looks
-        // both up), so the inline check compares both.
-        let last = (addr + len - 1) >> cache.line_bits;
-        let lines: Vec<(u64, u64)> = [line, last][..1 + usize::from(last != line)]
+        // Where each line is now, else its set's first slot (the first run repoints it).
+        let slots: Vec<u64> = lines
             .iter()
-            .map(|&l| (l, cache.tags + (l & cache.set_mask) * cache.row_bytes))
-            .collect();
-        if !self.live[i] && lines.iter().all(|&(_, tag)| tag + 8 <= 1 << 31) {
-            // Flags dead and the tags within 32-bit reach: compare in memory, no register.
-            for &(line, tag) in &lines {
-                let (lo, hi) = (line as u32 as i32, (line >> 32) as u32 as i32);
-                if line < 1 << 31 {
-                    dynasm!(a ; .arch x64 ; cmp QWORD [tag as i32], lo ; jne =>entry);
-                } else {
-                    dynasm!(a
-                        ; .arch x64
-                        ; cmp DWORD [tag as i32], lo
-                        ; jne =>entry
-                        ; cmp DWORD [(tag + 4) as i32], hi
-                        ; jne =>entry
-                    );
+            .map(|&l| {
+                // SAFETY: `find` only reads the simulator's state (`SlotI1`'s contract).
+                match unsafe { (cache.find)(cache.cache, l) } {
+                    0 => cache.clock(l) + 16,
+                    slot => slot,
                 }
-            }
-            dynasm!(a ; .arch x64 ; =>back);
-            // The slow path saves what it borrows and restores it before coming back.
+            })
+            .collect();
+        let end = cache.base + (cache.set_mask + 1) * cache.row_bytes;
+        // The fields the slow path rewrites: per line (slot-relative address, offset).
+        let mut fields: Vec<Vec<(u64, usize)>> = vec![Vec::new(); lines.len()];
+        let back_at;
+        if end > 1 << 31 {
+            // Out of 32-bit reach (a huge I1, or no low mapping): every fetch goes through
+            // the slow path, which then has nothing to rewrite.
+            dynasm!(a ; .arch x64 ; jmp =>entry ; =>back);
+            back_at = a.offset().0;
             let inner = a.new_dynamic_label();
             self.slow.push(Slow {
                 entry,
@@ -1104,34 +1092,114 @@ impl Plan {
                     kind: Box::new(kind),
                 },
             });
-            return;
-        }
-        if !self.fresh[0] {
-            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
-        }
-        if !self.fresh[1] {
-            dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
-        }
-        for (k, &(line, tag)) in lines.iter().enumerate() {
-            let neg = line.wrapping_neg();
-            if tag + 8 <= 1 << 31 {
-                dynasm!(a ; .arch x64 ; mov rax, QWORD [tag as i32]);
-            } else {
-                dynasm!(a ; .arch x64 ; mov rax, QWORD tag as i64 ; mov rax, QWORD [rax]);
+        } else if !self.live[i] {
+            // Flags dead: compare in memory, then stamp through a dead register (or rax).
+            for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
+                if line < 1 << 31 {
+                    let at = abs_mem(a, (Some(0x48), 0x81, 7), slot, Some(line as i32));
+                    fields[k].push((0, at));
+                } else {
+                    let at = abs_mem(a, (None, 0x81, 7), slot, Some(line as u32 as i32));
+                    dynasm!(a ; .arch x64 ; jne =>entry);
+                    fields[k].push((0, at));
+                    let hi = (line >> 32) as u32 as i32;
+                    let at = abs_mem(a, (None, 0x81, 7), slot + 4, Some(hi));
+                    fields[k].push((4, at));
+                }
+                dynasm!(a ; .arch x64 ; jne =>entry);
             }
-            dynasm!(a ; .arch x64 ; mov rcx, QWORD neg as i64 ; lea rcx, [rax + rcx]);
-            if k + 1 == lines.len() {
-                dynasm!(a ; .arch x64 ; jrcxz =>back);
-            } else {
-                // jrcxz only jumps on zero: to the next line's compare, past the way out.
-                dynasm!(a ; .arch x64 ; jrcxz >next ; jmp =>entry ; next:);
+            let scratch = self.dead_scratch(i, &[]);
+            let r = scratch.unwrap_or(RAX);
+            if scratch.is_none() && !self.fresh[0] {
+                dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
             }
+            for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
+                let clock = cache.clock(line) as i32;
+                dynasm!(a
+                    ; .arch x64
+                    ; mov Rq(r), QWORD [clock]
+                    ; inc Rq(r)
+                    ; mov QWORD [clock], Rq(r)
+                );
+                let at = abs_mem(a, (Some(0x48), 0x89, r), slot + 8, None);
+                fields[k].push((8, at));
+            }
+            if scratch.is_none() {
+                dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
+                self.fresh[0] = true;
+            } else if r < 2 {
+                self.fresh[usize::from(r)] = false;
+            }
+            dynasm!(a ; .arch x64 ; =>back);
+            back_at = a.offset().0;
+            // The slow path saves what it borrows and puts it back before coming back.
+            let inner = a.new_dynamic_label();
+            self.slow.push(Slow {
+                entry,
+                back,
+                kind: SlowKind::Saving {
+                    entry: inner,
+                    kind: Box::new(kind),
+                },
+            });
+        } else {
+            // Flags live: compare without them (`lea`, `jrcxz`) in rax and rcx.
+            if !self.fresh[0] {
+                dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+            }
+            if !self.fresh[1] {
+                dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+            }
+            for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
+                let at = abs_mem(a, (Some(0x48), 0x8b, RAX), slot, None);
+                fields[k].push((0, at));
+                let neg = line.wrapping_neg();
+                dynasm!(a
+                    ; .arch x64
+                    ; mov rcx, QWORD neg as i64
+                    ; lea rcx, [rax + rcx]
+                    ; jrcxz >next
+                    ; jmp =>entry
+                    ; next:
+                );
+            }
+            for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
+                let clock = cache.clock(line) as i32;
+                dynasm!(a
+                    ; .arch x64
+                    ; mov rax, QWORD [clock]
+                    ; lea rax, [rax + 1]
+                    ; mov QWORD [clock], rax
+                );
+                let at = abs_mem(a, (Some(0x48), 0x89, RAX), slot + 8, None);
+                fields[k].push((8, at));
+            }
+            self.slow.push(Slow { entry, back, kind });
+            dynasm!(a ; .arch x64 ; =>back);
+            back_at = a.offset().0;
+            dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
+            self.fresh = [true; 2];
         }
-        // Not an MRU hit: the slow path looks further.
-        dynasm!(a ; .arch x64 ; jmp =>entry);
-        self.slow.push(Slow { entry, back, kind });
-        dynasm!(a ; .arch x64 ; =>back ; gs mov rcx, QWORD [IS1] ; gs mov rax, QWORD [IS0]);
-        self.fresh = [true; 2];
+        // The slow path's record (`fetch_slots_slow`), by the block's other constants.
+        let mut words = vec![addr];
+        for (k, line_fields) in fields.iter().enumerate() {
+            let mut w = if k == 0 { len } else { 0 };
+            for &(add, at) in line_fields {
+                let shift = match add {
+                    0 => 16,
+                    4 => 32,
+                    _ => 48,
+                };
+                debug_assert!(back_at - at < 1 << 16, "fetch check too long");
+                w |= ((back_at - at) as u64) << shift;
+            }
+            words.push(w);
+        }
+        let mut label = Some(record);
+        for w in words {
+            let l = label.take().unwrap_or_else(|| a.new_dynamic_label());
+            self.literals.push((l, w));
+        }
     }
 
     // dynasm's dynamic registers (`Rq(n)`) expand to a `.into()` of the `u8` given.
@@ -2805,10 +2873,11 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             SlowKind::InlineAlt { .. } => "clg-alt",
             SlowKind::InlineRet { .. } => "clg-ret",
             SlowKind::InlineCall { .. } => "clg-call",
-            SlowKind::Data { .. } | SlowKind::FetchScan { .. } => "cache-scan",
+            SlowKind::Data { .. } => "cache-scan",
+            SlowKind::FetchSlots { .. } => "fetch-slots",
             SlowKind::JumpCold { .. } => "clg-cold",
             SlowKind::LoopLiteFail { .. } | SlowKind::LoopBack { .. } => "clg-loop-fail",
-            SlowKind::Call { .. } | SlowKind::Saving { .. } => "slow-call",
+            SlowKind::Saving { .. } => "slow-call",
         },
     );
     dynasm!(a ; .arch x64 ; =>entry);
@@ -2839,10 +2908,6 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 ; gs mov rax, QWORD [IS0]
                 ; jmp =>back
             );
-        }
-        SlowKind::Call { helper, arg1, arg2 } => {
-            dynasm!(a ; .arch x64 ; mov rax, QWORD arg1 as i64 ; gs mov QWORD [ARG1], rax);
-            helper_call(a, helper, arg2, back);
         }
         SlowKind::Data {
             acc,
@@ -2910,82 +2975,50 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             fail,
             flags_dead,
         } => inline_call(a, &jump, (back, fail), flags_dead, false),
-        SlowKind::FetchScan {
+        SlowKind::FetchSlots {
             cache,
             after_miss,
             flags_dead,
             addr,
             len,
-            shared,
+            record,
+            end,
         } => {
             let first = addr >> cache.line_bits;
-            let last = (addr + len - 1) >> cache.line_bits;
-            let straddle = last != first;
+            let straddle = (addr + len - 1) >> cache.line_bits != first;
             // Keep the flags (unless dead) and rdx for the way back.
             if !flags_dead {
                 save_flags(a);
             }
-            dynasm!(a ; .arch x64 ; gs mov QWORD [IS2], rdx);
-            let (call_ll, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
+            let (looked_up, call_ll, restore) = (
+                a.new_dynamic_label(),
+                a.new_dynamic_label(),
+                a.new_dynamic_label(),
+            );
+            dynasm!(a
+                ; .arch x64
+                ; gs mov QWORD [IS2], rdx
+                ; lea rax, [=>end]
+                ; gs mov QWORD [ARG1], rax
+                ; lea rax, [=>record]
+                ; gs mov QWORD [ARG2], rax
+            );
+            let lookup = Helper {
+                func: fetch_slots_slow,
+                arg0: cache as *const SlotI1 as u64,
+                integer_only: true,
+            };
+            helper_call_same_arg2(a, lookup, looked_up);
+            dynasm!(a
+                ; .arch x64
+                ; =>looked_up
+                // The flags are saved or dead here.
+                ; gs cmp QWORD [ARG0], 0
+                ; je =>restore
+                ; =>call_ll
+            );
             // Within one line the LL part of the fetch is that of the line's first byte
-            // (`whole_lines`), which is what the shared routine passes on.
-            let shared = (shared && !straddle && after_miss.whole_lines)
-                .then(|| shared_data_scan(cache, after_miss, GuestLine::Code))
-                .flatten();
-            if let Some(routine) = shared {
-                let row = cache.tags + (first & cache.set_mask) * cache.row_bytes;
-                dynasm!(a
-                    ; .arch x64
-                    ; mov rcx, QWORD row as i64
-                    ; mov rax, QWORD first as i64
-                );
-                if cache.assoc >= 2 {
-                    // Way 1 here (most scans end there), without the call into the shared
-                    // routine, which starts past way 1.
-                    way_hit(a, 1, restore);
-                }
-                enter_shared_scan(a, after_miss.helper.arg0, routine);
-                dynasm!(a ; .arch x64 ; =>restore ; gs mov rdx, QWORD [IS2]);
-                if !flags_dead {
-                    restore_flags(a);
-                }
-                dynasm!(a ; .arch x64 ; jmp =>back);
-                return Ok(());
-            }
-            if straddle {
-                // Both lines in address order, one access: an L1 miss if either
-                // missed (`gs:[IS3]`), then LL for the whole access.
-                dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], 0);
-            }
-            for line in [first, last].into_iter().take(1 + usize::from(straddle)) {
-                let row = cache.tags + (line & cache.set_mask) * cache.row_bytes;
-                dynasm!(a
-                    ; .arch x64
-                    ; mov rcx, QWORD row as i64
-                    ; mov rax, QWORD line as i64
-                );
-                if straddle {
-                    let (next, missed) = (a.new_dynamic_label(), a.new_dynamic_label());
-                    dynasm!(a ; .arch x64 ; cmp rax, QWORD [rcx] ; je =>next);
-                    l1_scan(a, cache, next, missed);
-                    dynasm!(a
-                        ; .arch x64
-                        ; =>missed
-                        ; gs mov QWORD [IS3], 1
-                        ; =>next
-                    );
-                } else {
-                    l1_scan(a, cache, restore, call_ll);
-                }
-            }
-            if straddle {
-                dynasm!(a
-                    ; .arch x64
-                    ; gs mov rcx, QWORD [IS3]
-                    ; jrcxz =>restore
-                );
-            }
-            dynasm!(a ; .arch x64 ; =>call_ll);
+            // (`whole_lines`).
             let queue = after_miss
                 .queue
                 .filter(|_| !straddle && after_miss.whole_lines);
@@ -3000,7 +3033,12 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             }
             if let Some(q) = queue {
                 dynasm!(a ; .arch x64 ; mov rax, QWORD first as i64);
-                queue_push(a, cache, (q, after_miss.helper.arg0, false), restore);
+                queue_push(
+                    a,
+                    cache.line_bits,
+                    (q, after_miss.helper.arg0, false),
+                    restore,
+                );
             } else {
                 dynasm!(a
                     ; .arch x64
@@ -3154,11 +3192,11 @@ fn data_scan(
     let (straddle, ret) = (a.new_dynamic_label(), a.new_dynamic_label());
     one_line_or(a, cache, straddle);
     match shared
-        .then(|| shared_data_scan(cache, after_miss, GuestLine::Data))
+        .then(|| shared_data_scan(cache, after_miss))
         .flatten()
     {
         Some(routine) => enter_shared_scan(a, after_miss.helper.arg0, routine),
-        None => scan_and_miss(a, cache, (after_miss, false), GuestLine::Data, ret),
+        None => scan_and_miss(a, cache, (after_miss, false), ret),
     }
     dynasm!(a ; .arch x64 ; =>ret);
     restore_to(a, true, back);
@@ -3556,11 +3594,11 @@ struct SharedScans {
 /// A shared routine's identity.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum RoutineKey {
-    /// The scan past way 1 and the miss path (`shared_data_scan`): cache tags, helper, LL
-    /// tags or queue, 0 or Callgrind's cost-centre base, what the line holds.
-    Scan(u64, u64, u64, u64, GuestLine),
+    /// The scan past way 2 and the miss path (`shared_data_scan`): cache tags, helper, LL
+    /// tags or queue, 0 or Callgrind's cost-centre base.
+    Scan(u64, u64, u64, u64),
     /// A data check's whole out-of-line part past way 2 (`shared_data_access`): the scan's
-    /// key (with `GuestLine::Data`) and the straddle helper.
+    /// key and the straddle helper.
     Access(u64, u64, u64, u64, u64),
 }
 
@@ -3628,16 +3666,15 @@ const SHARED_MAP_BYTES: usize = 64 << 10;
 /// (`enter_shared_scan`); returns with `ret`; rdx and the flags are free. Leaves rax and rcx
 /// as `l1_scan` does, or as the helper call leaves them. `None` where the check keeps its own
 /// copy (helpers that need the vector state, no memory for code).
-fn shared_data_scan(cache: MruCache, after_miss: AfterMiss, line: GuestLine) -> Option<u64> {
+fn shared_data_scan(cache: MruCache, after_miss: AfterMiss) -> Option<u64> {
     let kind = shared_ll_kind(after_miss)?;
     let key = RoutineKey::Scan(
         cache.tags,
         after_miss.helper.func as usize as u64,
         ll_key(after_miss),
         kind,
-        line,
     );
-    shared_routine(key, |at| data_scan_routine(cache, after_miss, line, at))
+    shared_routine(key, |at| data_scan_routine(cache, after_miss, at))
 }
 
 /// What a shared routine's key holds of `after_miss`'s LL part: the LL's MRU tags or the
@@ -3696,7 +3733,7 @@ fn shared_data_access(cache: MruCache, after_miss: AfterMiss, helper: Helper) ->
             a.new_dynamic_label(),
         );
         one_line_or(&mut a, cache, straddle);
-        scan_and_miss(&mut a, cache, (after_miss, true), GuestLine::Data, hit);
+        scan_and_miss(&mut a, cache, (after_miss, true), hit);
         dynasm!(a ; .arch x64 ; =>hit ; ret ; =>straddle);
         straddle_call(&mut a, helper, cache.line_bits, done);
         dynasm!(a ; .arch x64 ; =>done ; ret);
@@ -3804,37 +3841,12 @@ fn shared_routine(key: RoutineKey, code: impl Fn(u64) -> Option<Vec<u8>>) -> Opt
 }
 
 /// The code of `shared_data_scan`'s routine placed at `at`.
-fn data_scan_routine(
-    cache: MruCache,
-    after_miss: AfterMiss,
-    line: GuestLine,
-    at: u64,
-) -> Option<Vec<u8>> {
+fn data_scan_routine(cache: MruCache, after_miss: AfterMiss, at: u64) -> Option<Vec<u8>> {
     let mut a = Asm::new(at as usize);
     let hit = a.new_dynamic_label();
-    scan_and_miss(&mut a, cache, (after_miss, true), line, hit);
+    scan_and_miss(&mut a, cache, (after_miss, true), hit);
     dynasm!(a ; .arch x64 ; =>hit ; ret);
     a.finalize().ok()
-}
-
-/// What the guest does with the line a cache check looks up: the miss path asks the host for
-/// a data line (the guest's access follows the check) but not for a code line (the guest's
-/// code runs from its translation).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum GuestLine {
-    Data,
-    Code,
-}
-
-impl GuestLine {
-    /// The ways past the MRU one that a check of this kind tests itself before any scan:
-    /// data checks ways 1 and 2 (`data_way1`), fetch checks way 1.
-    fn ways_tested(self) -> i32 {
-        match self {
-            GuestLine::Data => 2,
-            GuestLine::Code => 1,
-        }
-    }
 }
 
 /// Calls a shared scan routine (`shared_data_scan`) with rax = the line and rcx = its row as
@@ -3853,8 +3865,8 @@ fn enter_shared_scan(a: &mut Asm, arg0: u64, routine: u64) {
     );
 }
 
-/// The L1 lookup of a line past the ways its caller tests first (`GuestLine::ways_tested`;
-/// rax = the line, rcx = its row), and on a miss the LL part (`after_miss`), ending at
+/// The L1 lookup of a data line past ways 0 to 2, which its caller tests first
+/// (`data_way1`; rax = the line, rcx = its row), and on a miss the LL part (`after_miss`), ending at
 /// `done` (the helper returns there through `gs:[HRET]`). In a shared routine
 /// (`in_routine`) the helper's `arg0` is the caller's, in `gs:[ARG0]`, and `done` is the
 /// routine's `ret`.
@@ -3862,23 +3874,21 @@ fn scan_and_miss(
     a: &mut Asm,
     cache: MruCache,
     (after_miss, in_routine): (AfterMiss, bool),
-    line: GuestLine,
     done: DynamicLabel,
 ) {
     let miss = a.new_dynamic_label();
-    l1_scan_past(a, cache, line.ways_tested(), (done, miss));
+    l1_scan_past(a, cache, 2, (done, miss));
     // `l1_scan` leaves the line in rax; it waits in `gs:[IS3]` while the LL part uses rax.
     // The guest's own access comes after the simulator's LL lookup, whose rows miss the
     // host's caches as the guest's line may: asking for the line now overlaps the two.
-    dynasm!(a ; .arch x64 ; =>miss ; gs mov QWORD [IS3], rax);
-    if line == GuestLine::Data {
-        dynasm!(a
-            ; .arch x64
-            ; mov rdx, rax
-            ; shl rdx, cache.line_bits as i8
-            ; prefetcht0 [rdx]
-        );
-    }
+    dynasm!(a
+        ; .arch x64
+        ; =>miss
+        ; gs mov QWORD [IS3], rax
+        ; mov rdx, rax
+        ; shl rdx, cache.line_bits as i8
+        ; prefetcht0 [rdx]
+    );
     if let Some(ll) = after_miss.ll_mru {
         let call = a.new_dynamic_label();
         if ll.line_bits > cache.line_bits {
@@ -3909,11 +3919,14 @@ fn scan_and_miss(
         }
     }
     dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS3]);
-    if line == GuestLine::Data {
-        prefetch_stream(a, cache, in_routine);
-    }
+    prefetch_stream(a, cache, in_routine);
     if let Some(q) = after_miss.queue.filter(|_| after_miss.whole_lines) {
-        queue_push(a, cache, (q, after_miss.helper.arg0, in_routine), done);
+        queue_push(
+            a,
+            cache.line_bits,
+            (q, after_miss.helper.arg0, in_routine),
+            done,
+        );
         return;
     }
     dynasm!(a
@@ -3934,13 +3947,13 @@ fn scan_and_miss(
 /// `segment_end`; then to `done`. Clobbers rax, rcx, rdx and the flags.
 fn queue_push(
     a: &mut Asm,
-    cache: MruCache,
+    line_bits: u32,
     (queue, arg0, in_routine): (LlQueue, u64, bool),
     done: DynamicLabel,
 ) {
     dynasm!(a
         ; .arch x64
-        ; shl rax, cache.line_bits as i8
+        ; shl rax, line_bits as i8
         ; mov rcx, QWORD queue.producer as i64
         ; mov rdx, QWORD [rcx]
         ; mov QWORD [rdx], rax
@@ -4185,14 +4198,39 @@ fn is_prefix(b: u8) -> bool {
 }
 
 /// The lines a fetch of `len` bytes at `addr` touches in `cache`.
-fn fetched_lines(cache: MruCache, addr: u64, len: u32) -> FetchedLines {
+fn fetched_lines(cache: &SlotI1, addr: u64, len: u32) -> FetchedLines {
     let last = addr + u64::from(len.max(1)) - 1;
     FetchedLines {
-        tags: cache.tags,
+        tags: cache.base,
         line_bits: cache.line_bits,
         first: addr >> cache.line_bits,
         last: last >> cache.line_bits,
     }
+}
+
+/// Emits `op` with a memory operand at the absolute 32-bit address `addr` (ModRM r/m 100,
+/// SIB without base or index) and an optional 32-bit immediate: `(rex, opcode, reg)` with
+/// `reg` the ModRM reg field (a register, or the opcode's extension). Returns the offset of
+/// the address field, which a slow path may rewrite (`fetch_slots_slow`).
+fn abs_mem(
+    a: &mut Asm,
+    (rex, opcode, reg): (Option<u8>, u8, u8),
+    addr: u64,
+    imm: Option<i32>,
+) -> usize {
+    let mut bytes = Vec::with_capacity(12);
+    let rex = rex.unwrap_or(0) | if reg >= 8 { 0x44 } else { 0 };
+    if rex != 0 {
+        bytes.push(rex);
+    }
+    bytes.extend([opcode, ((reg & 7) << 3) | 4, 0x25]);
+    let field = a.offset().0 + bytes.len();
+    bytes.extend((addr as u32).to_le_bytes());
+    if let Some(imm) = imm {
+        bytes.extend(imm.to_le_bytes());
+    }
+    a.extend(bytes);
+    field
 }
 
 /// `lahf; seto al; mov gs:[instr_flags], rax` (rax already saved).

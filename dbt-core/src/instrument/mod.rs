@@ -24,6 +24,7 @@ pub mod arena;
 // Callgrind (callgrind branch): per-thread key and host-FS switch for tool routines.
 pub mod calltrack;
 pub(crate) mod emit;
+mod fetch_slots;
 pub mod helper;
 
 use iced_x86::{
@@ -203,6 +204,35 @@ pub struct MruCache {
     pub row_bytes: u64,
 }
 
+/// An I1 kept as slots with stamps (`cachesim::SlotCache`): set `s`'s clock (`u64`) is at
+/// `base + s * row_bytes`, its slots (a line `u64`, then its stamp `u64`) from 16 bytes on.
+/// A line stays in its slot until evicted, so a fetch check tests one slot and, on a hit,
+/// does the LRU update itself: `clock += 1; stamp = clock`. The words must stay where they
+/// are for the whole run.
+#[derive(Clone, Copy, Debug)]
+pub struct SlotI1 {
+    pub base: u64,
+    pub row_bytes: u64,
+    pub set_mask: u64,
+    pub line_bits: u32,
+    /// The first argument of `touch` and `find`.
+    pub cache: u64,
+    /// `touch(cache, line)`: the lookup and LRU update of one line; returns the address of
+    /// the slot that now holds it, plus 1 if it missed. Integer-only, called from the check's
+    /// slow path.
+    pub touch: unsafe extern "C" fn(u64, u64) -> u64,
+    /// `find(cache, line)`: the address of the slot that holds the line, 0 if none; changes
+    /// nothing. Called at translation.
+    pub find: unsafe extern "C" fn(u64, u64) -> u64,
+}
+
+impl SlotI1 {
+    /// Address of `line`'s set's clock.
+    pub fn clock(&self, line: u64) -> u64 {
+        self.base + (line & self.set_mask) * self.row_bytes
+    }
+}
+
 /// The LL's tag rows as a prefetch hint: set `s`'s row starts at `base + s * row_bytes`.
 /// Only read ahead, never written by generated code, so a stale hint costs time, not counts.
 #[derive(Clone, Copy, Debug)]
@@ -329,10 +359,9 @@ pub(crate) enum Op {
     },
     Fetch {
         insn: usize,
-        cache: MruCache,
-        helper: Helper,
-        /// `Some`: the L1 lookup of a single-line fetch is done inline, this is the LL part.
-        after_miss: Option<AfterMiss>,
+        cache: &'static SlotI1,
+        /// The levels behind the I1.
+        after_miss: AfterMiss,
     },
     Data {
         insn: usize,
@@ -420,42 +449,24 @@ impl Instrumenter {
         });
     }
 
-    /// Checks the fetch of instruction `insn` against the MRU way of `cache` inline and calls
-    /// `helper(arg0, addr, len)` when it is not an MRU hit.
+    /// Checks the fetch of instruction `insn` in the I1 `cache` inline: per line it fetches,
+    /// the slot the line was found in last time ([`SlotI1`]; chosen at translation, then
+    /// kept by the slow path); when every line is there, a hit, whose LRU update the
+    /// check makes itself (the set's clock advanced, the slot stamped). Otherwise
+    /// `cache.touch` does the lookup, line by line, the check is pointed at the slots it
+    /// returns, and `after_miss` runs on an L1 miss for the levels behind it.
     ///
     /// A block whose first request (after `count_block`) is the fetch check of instruction 0
     /// within one line gets a second entry past that check, which direct branches whose own
-    /// last fetch left the line most recently used are chained to: a fetch of it there is an
-    /// MRU hit, which changes and counts nothing (as Cachegrind, which charges the hit only
-    /// as an Ir). So the helper (and an `after_miss` one) may only be relied on to run for
-    /// fetches that are not MRU hits.
-    pub fn fetch_check(&mut self, insn: usize, cache: MruCache, helper: Helper) {
+    /// last fetch left the line most recently used are chained to: a fetch of it there is a
+    /// hit on the most recently used line, which changes the order of none (as Cachegrind,
+    /// which charges the hit only as an Ir). So `after_miss` may only be relied on to run
+    /// for misses.
+    pub fn fetch_check_l1(&mut self, insn: usize, cache: &'static SlotI1, after_miss: AfterMiss) {
         self.ops.push(Op::Fetch {
             insn,
             cache,
-            helper,
-            after_miss: None,
-        });
-    }
-
-    /// Like `fetch_check`, but a fetch within one line that is no MRU hit does the whole L1
-    /// lookup inline, with Cachegrind's LRU update of the set (a hit in way `k` moves ways
-    /// `0..k` down and the line to way 0; a miss moves every way down and installs the line:
-    /// `cachesim::raw::l1_lookup_raw` is the reference), and calls
-    /// runs `after_miss` only on an L1 miss, for the levels behind it. A fetch spanning two
-    /// lines calls `helper(arg0, addr, len)` for the whole access.
-    pub fn fetch_check_l1(
-        &mut self,
-        insn: usize,
-        cache: MruCache,
-        helper: Helper,
-        after_miss: AfterMiss,
-    ) {
-        self.ops.push(Op::Fetch {
-            insn,
-            cache,
-            helper,
-            after_miss: Some(after_miss),
+            after_miss,
         });
     }
 
@@ -1129,12 +1140,12 @@ pub(crate) fn plan_block(
         tool.instrument(&view, &mut ins);
     }
     let live = flags_liveness(&view, ExitLiveness::ALL_LIVE);
-    // Dead registers serve as scratch without saving: for data checks, callgrind's block
+    // Dead registers serve as scratch without saving: for cache checks, callgrind's block
     // start, and a block counter where the flags are live (in a block where they are live
     // throughout; see `emit::Plan::new`). Only then is it worth looking at the successors
     // for what is dead at the block's end (`exit`).
     let needs_dead = ins.ops.iter().any(|o| match o {
-        Op::Data { .. } | Op::CallFallbackInline { .. } => true,
+        Op::Data { .. } | Op::Fetch { .. } | Op::CallFallbackInline { .. } => true,
         Op::CountBlock(_) => live.iter().all(|&l| l),
         _ => false,
     });

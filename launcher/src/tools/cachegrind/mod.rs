@@ -26,7 +26,7 @@ use cachesim::{BranchPredictor, CacheLevel, Hierarchy, L1Level};
 use dbt_core::tool::{
     AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
     InsnView, Instrumenter, LlHitCount, LlQueue, LlRows, MaskedOff, MemAccess, MruCache, RepKind,
-    Tool,
+    SlotI1, Tool,
 };
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -49,12 +49,6 @@ pub const STOP_INSTRUMENTATION: u64 = 0x4347_0001;
 
 static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
 static BP: AtomicPtr<BranchPredictor> = AtomicPtr::new(core::ptr::null_mut());
-
-extern "C" fn cg_fetch(slot: u64, addr: u64, size: u64) -> u64 {
-    // SAFETY: as in `access`.
-    unsafe { access(L1Level::I1, slot, addr, size) };
-    0
-}
 
 extern "C" fn cg_data(slot: u64, addr: u64, size: u64) -> u64 {
     // SAFETY: as in `access`.
@@ -207,7 +201,7 @@ impl BlockRec {
 unsafe impl Send for BlockRec {}
 
 struct Caches {
-    i1: MruCache,
+    i1: &'static SlotI1,
     d1: MruCache,
     /// `AfterMiss::ll_mru` (`cg_ll` only counts an LL hit).
     ll_mru: Option<MruCache>,
@@ -239,7 +233,8 @@ impl Caches {
 pub(crate) struct SimCaches {
     /// The hierarchy, leaked: it lives as long as the process.
     pub hier: *mut Hierarchy,
-    pub i1: MruCache,
+    /// The I1's slots, leaked like the hierarchy (fetch checks keep its address).
+    pub i1: &'static SlotI1,
     pub d1: MruCache,
     /// The LL's MRU tags for `AfterMiss::ll_mru`; `None` when an L1 line can span LL lines.
     pub ll_mru: Option<MruCache>,
@@ -300,8 +295,8 @@ pub(crate) fn build_caches(
     let hier = Box::into_raw(h);
     Ok(SimCaches {
         hier,
-        i1: mru(Hierarchy::flat_ptr_of(hier, L1Level::I1)),
-        d1: mru(Hierarchy::flat_ptr_of(hier, L1Level::D1)),
+        i1: slots(hier),
+        d1: mru(Hierarchy::d1_flat_ptr_of(hier)),
         ll_mru,
         ll_rows,
         whole_lines,
@@ -331,9 +326,25 @@ pub enum StartupLine {
     Notice(String),
 }
 
-/// The inline-check constants of a cache level (shared with callgrind).
+/// The fetch checks' description of the I1 of the leaked, live hierarchy `hier`.
+fn slots(hier: *mut Hierarchy) -> &'static SlotI1 {
+    let cache = Hierarchy::i1_ptr_of(hier);
+    // SAFETY: the I1 of a leaked, live hierarchy, read before any guest code runs.
+    let c = unsafe { &*cache };
+    Box::leak(Box::new(SlotI1 {
+        base: c.base(),
+        row_bytes: c.row_bytes(),
+        set_mask: c.set_mask(),
+        line_bits: c.line_bits(),
+        cache: cache as u64,
+        touch: cachesim::raw::slots_touch,
+        find: cachesim::raw::slots_find,
+    }))
+}
+
+/// The inline-check constants of the D1 (shared with callgrind).
 fn mru(flat: *const cachesim::FlatCache) -> MruCache {
-    // SAFETY: `flat` comes from `Hierarchy::flat_ptr_of` on a leaked, live hierarchy.
+    // SAFETY: `flat` comes from `Hierarchy::d1_flat_ptr_of` on a leaked, live hierarchy.
     let f = unsafe { &*flat };
     MruCache {
         tags: f.tags_ptr() as u64,
@@ -709,11 +720,11 @@ impl Tool for Cachegrind {
                 let last = (v.addr + u64::from(v.len.max(1)) - 1) >> c.i1.line_bits;
                 if last_line != Some(first) || first != last {
                     let h = Helper {
-                        func: cg_fetch,
+                        func: cg_ll,
                         arg0: at(S_I1MR) as u64,
                         integer_only: true,
                     };
-                    ins.fetch_check_l1(i, c.i1, h, c.after_miss(h));
+                    ins.fetch_check_l1(i, c.i1, c.after_miss(h));
                 }
                 last_line = Some(last);
                 if has_skippable_elements(v) {

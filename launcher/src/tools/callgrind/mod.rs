@@ -27,10 +27,9 @@
 //! * The periodic dump runs inside `clg_setup` (on the helper stack, with rgrind's FS), reaching
 //!   the tool through `TOOL`, which `instrument` points at the tool's place in the core's box.
 //!
-//! With `--cache-sim=yes` / `--branch-sim=yes` the block also gets the inline
-//! most-recently-used-way checks (I1 per line, D1 per access) and branch-predictor calls
-//! cachegrind uses; their out-of-line helpers (`clg_fetch`, `clg_data`, `clg_cond`, `clg_ind`,
-//! integer-only) add misses and mispredicts to the current cost centre through
+//! With `--cache-sim=yes` / `--branch-sim=yes` the block also gets the inline cache checks
+//! (I1 per line, D1 per access) and branch-predictor calls cachegrind uses; their
+//! out-of-line helpers (`clg_ll`, `clg_data`, `clg_cond`, `clg_ind`, integer-only) add misses and mispredicts to the current cost centre through
 //! [`runtime::add_miss`]. Ir, Dr, Dw, Bc and Bi are derived from execution counts. All
 //! options combine: cost centres are partitioned by thread slot and carry every event.
 //!
@@ -52,7 +51,7 @@ use cachesim::{BranchPredictor, CacheGeometry, Hierarchy};
 use dbt_core::fast_hash::{FastMap, FastSet};
 use dbt_core::tool::{
     AfterMiss, BlockView, CallArg, ClientReply, FiniReason, FlowKind, Helper, InlineJump,
-    Instrumenter, LlRows, MruCache, RepKind, Tool,
+    Instrumenter, LlRows, MruCache, RepKind, SlotI1, Tool,
 };
 use dumper::callgrind::{CallArc, CallgrindData, CallgrindOptions, FnContext, JumpArc};
 use options::SysTime;
@@ -92,22 +91,12 @@ fn count_outcome(arg: u64, outcome: u32) {
     }
 }
 
-/// I1 slow path (`arg`: instruction and slot, see [`slot_arg`]). Integer-only.
-extern "C" fn clg_fetch(arg: u64, addr: u64, size: u64) -> u64 {
-    let h = HIER.load(Ordering::Relaxed);
-    if !h.is_null() {
-        // SAFETY: HIER is set once, before guest code runs, to a leaked Hierarchy used only by
-        // translated code (guest threads run one at a time).
-        count_outcome(arg, unsafe { cachesim::raw::cachesim_fetch(h, addr, size) });
-    }
-    0
-}
-
 /// D1 slow path (read or write: the slot in `arg` says which). Integer-only.
 extern "C" fn clg_data(arg: u64, addr: u64, size: u64) -> u64 {
     let h = HIER.load(Ordering::Relaxed);
     if !h.is_null() {
-        // SAFETY: as in `clg_fetch`.
+        // SAFETY: HIER is set once, before guest code runs, to a leaked Hierarchy used only by
+        // translated code (guest threads run one at a time).
         count_outcome(arg, unsafe { cachesim::raw::cachesim_data(h, addr, size) });
     }
     0
@@ -118,7 +107,7 @@ extern "C" fn clg_data(arg: u64, addr: u64, size: u64) -> u64 {
 extern "C" fn clg_ll(arg: u64, addr: u64, size: u64) -> u64 {
     let h = HIER.load(Ordering::Relaxed);
     if !h.is_null() {
-        // SAFETY: as in `clg_fetch`.
+        // SAFETY: as in `clg_data`.
         count_outcome(arg, unsafe {
             cachesim::raw::cachesim_ll_after_l1_miss(h, addr, size)
         });
@@ -317,7 +306,7 @@ struct FnNode {
 
 /// The simulated caches' inline-check constants and `desc:` values.
 struct Caches {
-    i1: MruCache,
+    i1: &'static SlotI1,
     d1: MruCache,
     /// `AfterMiss::whole_lines`.
     whole_lines: bool,
@@ -704,20 +693,19 @@ impl Callgrind {
                 let last = (v.addr + u64::from(v.len.max(1)) - 1) >> c.i1.line_bits;
                 // Later fetches from the line just fetched are MRU hits.
                 if last_line != Some(first) || first != last {
-                    let h = Helper {
-                        func: clg_fetch,
-                        arg0: slot_arg(i, SLOT_I1MR),
-                        integer_only: true,
-                    };
                     let after_miss = AfterMiss {
-                        helper: Helper { func: clg_ll, ..h },
+                        helper: Helper {
+                            func: clg_ll,
+                            arg0: slot_arg(i, SLOT_I1MR),
+                            integer_only: true,
+                        },
                         ll_mru: c.ll_mru,
                         ll_rows: c.ll_rows,
                         ll_hit: runtime::ll_hit_count(i, SLOT_I1MR),
                         whole_lines: c.whole_lines,
                         queue: None,
                     };
-                    ins.fetch_check_l1(i, c.i1, h, after_miss);
+                    ins.fetch_check_l1(i, c.i1, after_miss);
                 }
                 last_line = Some(last);
                 for k in 0..v.accesses.len() {

@@ -1,0 +1,56 @@
+//! The slow path of the I1 fetch check (`emit::Plan::fetch`), in Rust: the lookup of each
+//! line the fetch touches in the I1's slots, and the repointing of the check at the slots
+//! the lines are in now, so that its next run finds them inline.
+//!
+//! The check's record, 8-byte words among its translation's constants: the fetch's address,
+//! then per line one word of four 16-bit fields — the fetch's length (first line only; 0 on
+//! the second), and the distances back from the check's end (`back`, where the slow path
+//! returns) to the 32-bit address fields to rewrite with the slot's address plus 0 (its
+//! line word, or the low half of it), plus 4 (the high half) and plus 8 (its stamp); a
+//! distance 0 is no field.
+//!
+//! # Invariants
+//! * A check compares slots of its lines' own sets only (`find` and `touch` return those),
+//!   so its stamp stores never reorder another set, and a slot that holds the line is the
+//!   line's (a line is in one slot of its set at most); a stale address costs a slow path,
+//!   never a wrong count.
+//! * Guest threads run one at a time, so no other thread runs the code being rewritten.
+use super::SlotI1;
+
+/// `cache` is the check's `&'static SlotI1`, `back` the address of its end, `record` its
+/// record. Returns 1 if a line missed in the I1, else 0. Integer-only.
+pub(super) extern "C" fn fetch_slots_slow(cache: u64, back: u64, record: u64) -> u64 {
+    // SAFETY: `cache` is the `&'static SlotI1` the check was emitted with.
+    let c = unsafe { &*(cache as *const SlotI1) };
+    // SAFETY: `record` is the check's record in the literal pool of the translation that is
+    // running (so not freed), two or three words as the module documentation says.
+    let word = |k: usize| unsafe { (record as *const u64).add(k).read_unaligned() };
+    let (addr, first_word) = (word(0), word(1));
+    let len = (first_word & 0xffff).max(1);
+    let first = addr >> c.line_bits;
+    let last = (addr + len - 1) >> c.line_bits;
+    let mut missed = 0;
+    for (k, line) in (first..=last).enumerate() {
+        // SAFETY: `touch` is the simulator's lookup (`SlotI1`'s contract); the I1 is this
+        // thread's alone while guest code runs.
+        let slot = unsafe { (c.touch)(c.cache, line) };
+        missed |= slot & 1;
+        let fields = if k == 0 { first_word } else { word(2) };
+        repoint(back, fields, slot & !1);
+    }
+    missed
+}
+
+/// Rewrites the address fields `fields` names (see the module documentation) for `slot`.
+fn repoint(back: u64, fields: u64, slot: u64) {
+    for (shift, add) in [(16, 0u64), (32, 4), (48, 8)] {
+        let distance = (fields >> shift) & 0xffff;
+        if distance != 0 {
+            let field = (back - distance) as *mut u32;
+            // SAFETY: the field lies in the hot part of the running translation (in the
+            // writable code cache), `distance` bytes before its end, as emitted; slot
+            // addresses are below 2 GiB when the check has fields (`Plan::fetch`).
+            unsafe { field.write_unaligned((slot + add) as u32) };
+        }
+    }
+}
