@@ -177,7 +177,7 @@ impl Hierarchy {
 
     /// The I1 inside the hierarchy at `hierarchy`, by byte offset only (as
     /// [`Hierarchy::d1_flat_ptr_of`]): what [`crate::raw::slots_touch`] and
-    /// [`crate::raw::slots_find`] take.
+    /// [`crate::raw::slots_locate`] take.
     pub fn i1_ptr_of(hierarchy: *mut Hierarchy) -> *mut SlotCache {
         hierarchy
             .cast::<u8>()

@@ -440,15 +440,17 @@ pub unsafe extern "C" fn slots_touch(cache: u64, line: u64) -> u64 {
     c.slot_addr(line, t.way) | u64::from(t.missed)
 }
 
-/// The address of the slot that holds `line` (its line word), 0 if none; changes nothing.
+/// The address of the slot that holds `line` (its line word), or else of the one a miss of
+/// it would fill now; changes nothing.
 ///
 /// # Safety
 /// `cache` is [`Hierarchy::i1_ptr_of`] of a live hierarchy that nothing writes during the
 /// call.
-pub unsafe extern "C" fn slots_find(cache: u64, line: u64) -> u64 {
+pub unsafe extern "C" fn slots_locate(cache: u64, line: u64) -> u64 {
     // SAFETY: (caller) a live SlotCache, not written meanwhile.
     let c = unsafe { &*(cache as *const SlotCache) };
-    c.find(line).map_or(0, |w| c.slot_addr(line, w))
+    let (Ok(way) | Err(way)) = c.locate(line);
+    c.slot_addr(line, way)
 }
 
 /// The LL part of an access whose L1 part missed ([`l1_part`]): `true` on an LL miss.

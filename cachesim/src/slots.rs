@@ -39,7 +39,6 @@ pub struct SlotCache {
     geometry: CacheGeometry,
     set_mask: u64,
     line_bits: u32,
-    assoc: u64,
     /// `CLOCK_WORDS + assoc * SLOT_WORDS`.
     row_words: u64,
 }
@@ -61,6 +60,23 @@ pub struct Touched {
     pub missed: bool,
 }
 
+/// In a set's slots (line, stamp, line, stamp...): the way holding `line`, else the first
+/// with the least stamp.
+#[inline]
+fn locate_in(slots: &[u64], line: u64) -> Result<u64, u64> {
+    let mut lru = 0;
+    let mut lru_stamp = u64::MAX;
+    for (w, slot) in slots.chunks_exact(SLOT_WORDS as usize).enumerate() {
+        if slot[0] == line {
+            return Ok(w as u64);
+        }
+        if slot[1] < lru_stamp {
+            (lru, lru_stamp) = (w as u64, slot[1]);
+        }
+    }
+    Err(lru)
+}
+
 impl SlotCache {
     /// Builds an empty cache (every slot line 0, stamp 0) after checking the geometry like
     /// Valgrind.
@@ -80,7 +96,6 @@ impl SlotCache {
             geometry,
             set_mask: sets - 1,
             line_bits: geometry.line_size.trailing_zeros(),
-            assoc,
             row_words,
         })
     }
@@ -126,55 +141,52 @@ impl SlotCache {
 
     /// The way holding `line`, if any (no state changes).
     pub fn find(&self, line: u64) -> Option<u64> {
-        let start = self.row_start(line)?;
-        let row = self.words.get(start..start + self.row_words as usize)?;
-        (0..self.assoc).find(|&w| row[(CLOCK_WORDS + w * SLOT_WORDS) as usize] == line)
+        self.locate(line).ok()
+    }
+
+    /// The way holding `line` (`Ok`), or else the way a miss of it would fill now (`Err`);
+    /// no state changes.
+    pub fn locate(&self, line: u64) -> Result<u64, u64> {
+        let start = self.row_start(line).unwrap_or(0);
+        match self
+            .words
+            .get(start..start.wrapping_add(self.row_words as usize))
+        {
+            Some([_, _, slots @ ..]) => locate_in(slots, line),
+            _ => Err(0),
+        }
     }
 
     /// One line's lookup and LRU update (`cachesim_setref_is_miss`). Panic- and
     /// allocation-free.
     #[inline]
     pub fn touch(&mut self, line: u64) -> Touched {
+        let missed = Touched {
+            way: 0,
+            missed: true,
+        };
         let Some(start) = self.row_start(line) else {
-            return Touched {
-                way: 0,
-                missed: true,
-            };
+            return missed;
         };
         // No indexing or splitting that could panic: this runs on the fetch checks' slow path.
         let Some([clock, _, slots @ ..]) = self
             .words
             .get_mut(start..start.wrapping_add(self.row_words as usize))
         else {
-            return Touched {
-                way: 0,
-                missed: true,
-            };
+            return missed;
         };
         *clock = clock.wrapping_add(1);
         let now = *clock;
-        let mut lru = 0;
-        let mut lru_stamp = u64::MAX;
-        for (w, slot) in slots.chunks_exact_mut(SLOT_WORDS as usize).enumerate() {
-            if slot[0] == line {
-                slot[1] = now;
-                return Touched {
-                    way: w as u64,
-                    missed: false,
-                };
-            }
-            if slot[1] < lru_stamp {
-                (lru, lru_stamp) = (w, slot[1]);
-            }
+        let (way, missed) = match locate_in(slots, line) {
+            Ok(w) => (w, false),
+            Err(w) => (w, true),
+        };
+        let at = (way * SLOT_WORDS) as usize;
+        if let Some([l, stamp]) = slots.get_mut(at..at.wrapping_add(2)) {
+            *l = line;
+            *stamp = now;
         }
-        if let Some(slot) = slots.chunks_exact_mut(SLOT_WORDS as usize).nth(lru) {
-            slot[0] = line;
-            slot[1] = now;
-        }
-        Touched {
-            way: lru as u64,
-            missed: true,
-        }
+        Touched { way, missed }
     }
 
     /// One reference of `size` bytes at `addr`, as [`crate::Cache::access`]: `true` on a
@@ -270,6 +282,8 @@ mod tests {
         );
         assert_eq!(c.find(2), Some(a.way));
         assert_eq!(c.find(4), None);
+        // 6 is the more recent: a miss of 4 would take the slot of 2.
+        assert_eq!(c.locate(4), Err(a.way));
         assert_eq!(c.set_of(6 * 64), vec![6, 2]);
         c.clear();
         assert_eq!(c.set_of(6 * 64), vec![0, 0]);

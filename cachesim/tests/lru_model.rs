@@ -4,7 +4,7 @@
 
 use cachesim::raw::{
     cachesim_data, cachesim_fetch, cachesim_ll_after_l1_miss, l1_lookup_raw, mru_hit_raw,
-    slots_find, slots_touch,
+    slots_locate, slots_touch,
 };
 use cachesim::{Cache, CacheGeometry, Hierarchy, Outcome, SlotCache};
 use proptest::prelude::*;
@@ -92,12 +92,9 @@ impl Sites {
         let lines = [first, last];
         let lines = &lines[..1 + usize::from(last != first)];
         let site = self.slots.entry((addr, size)).or_insert_with(|| {
-            // At translation: where the line is now, else any slot of its set.
-            // SAFETY: (caller) live; `slots_find` only reads.
-            let at = |l: u64| match unsafe { slots_find(cache as u64, l) } {
-                0 => base + (l & set_mask) * row_bytes + 16,
-                s => s,
-            };
+            // At translation: where the line is now, else where a miss would put it.
+            // SAFETY: (caller) live; `slots_locate` only reads.
+            let at = |l: u64| unsafe { slots_locate(cache as u64, l) };
             [at(first), at(last)]
         });
         // SAFETY: the slot addresses lie in the live I1's words (found by the simulator).

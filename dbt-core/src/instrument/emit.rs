@@ -1063,16 +1063,11 @@ impl Plan {
             record,
             end: back,
         };
-        // Where each line is now, else its set's first slot (the first run repoints it).
+        // Where each line is now, else where its miss will put it if it comes first.
         let slots: Vec<u64> = lines
             .iter()
-            .map(|&l| {
-                // SAFETY: `find` only reads the simulator's state (`SlotI1`'s contract).
-                match unsafe { (cache.find)(cache.cache, l) } {
-                    0 => cache.clock(l) + 16,
-                    slot => slot,
-                }
-            })
+            // SAFETY: `locate` only reads the simulator's state (`SlotI1`'s contract).
+            .map(|&l| unsafe { (cache.locate)(cache.cache, l) })
             .collect();
         let end = cache.base + (cache.set_mask + 1) * cache.row_bytes;
         // The fields the slow path rewrites: per line (slot-relative address, offset).

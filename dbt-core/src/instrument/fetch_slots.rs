@@ -10,7 +10,7 @@
 //! distance 0 is no field.
 //!
 //! # Invariants
-//! * A check compares slots of its lines' own sets only (`find` and `touch` return those),
+//! * A check compares slots of its lines' own sets only (`locate` and `touch` return those),
 //!   so its stamp stores never reorder another set, and a slot that holds the line is the
 //!   line's (a line is in one slot of its set at most); a stale address costs a slow path,
 //!   never a wrong count.
@@ -47,10 +47,18 @@ fn repoint(back: u64, fields: u64, slot: u64) {
         let distance = (fields >> shift) & 0xffff;
         if distance != 0 {
             let field = (back - distance) as *mut u32;
+            let value = (slot + add) as u32;
             // SAFETY: the field lies in the hot part of the running translation (in the
             // writable code cache), `distance` bytes before its end, as emitted; slot
-            // addresses are below 2 GiB when the check has fields (`Plan::fetch`).
-            unsafe { field.write_unaligned((slot + add) as u32) };
+            // addresses are below 2 GiB when the check has fields (`Plan::fetch`). Written
+            // only when it changes: a store to code the host is running flushes its
+            // pipeline, and most slow paths are misses into the slot the check names
+            // already (`SlotI1::locate`).
+            unsafe {
+                if field.read_unaligned() != value {
+                    field.write_unaligned(value);
+                }
+            }
         }
     }
 }

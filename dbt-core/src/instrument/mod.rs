@@ -215,15 +215,16 @@ pub struct SlotI1 {
     pub row_bytes: u64,
     pub set_mask: u64,
     pub line_bits: u32,
-    /// The first argument of `touch` and `find`.
+    /// The first argument of `touch` and `locate`.
     pub cache: u64,
     /// `touch(cache, line)`: the lookup and LRU update of one line; returns the address of
     /// the slot that now holds it, plus 1 if it missed. Integer-only, called from the check's
     /// slow path.
     pub touch: unsafe extern "C" fn(u64, u64) -> u64,
-    /// `find(cache, line)`: the address of the slot that holds the line, 0 if none; changes
-    /// nothing. Called at translation.
-    pub find: unsafe extern "C" fn(u64, u64) -> u64,
+    /// `locate(cache, line)`: the address of the slot that holds the line, or else of the
+    /// one a miss of it would fill now; changes nothing. Called at translation (a block
+    /// translated for new code runs at once, and its first fetch misses into that slot).
+    pub locate: unsafe extern "C" fn(u64, u64) -> u64,
 }
 
 impl SlotI1 {

@@ -338,7 +338,7 @@ fn slots(hier: *mut Hierarchy) -> &'static SlotI1 {
         line_bits: c.line_bits(),
         cache: cache as u64,
         touch: cachesim::raw::slots_touch,
-        find: cachesim::raw::slots_find,
+        locate: cachesim::raw::slots_locate,
     }))
 }
 
