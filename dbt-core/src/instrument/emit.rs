@@ -1027,6 +1027,25 @@ impl Plan {
         Ok(())
     }
 
+    /// Queues `kind` as the out-of-line part of a check that borrowed no register, from
+    /// `entry` back to `back`: it saves rax and rcx first and puts them back at the end.
+    fn push_saving(
+        &mut self,
+        a: &mut Asm,
+        (entry, back): (DynamicLabel, DynamicLabel),
+        kind: SlowKind,
+    ) {
+        let inner = a.new_dynamic_label();
+        self.slow.push(Slow {
+            entry,
+            back,
+            kind: SlowKind::Saving {
+                entry: inner,
+                kind: Box::new(kind),
+            },
+        });
+    }
+
     /// The I1 check of instruction `i`'s fetch (`Instrumenter::fetch_check_l1`): per line,
     /// compare the slot the line was in when last seen; when all match, advance the set's
     /// clock and stamp the slot (the hit's LRU update), else the slow path
@@ -1078,15 +1097,7 @@ impl Plan {
             // the slow path, which then has nothing to rewrite.
             dynasm!(a ; .arch x64 ; jmp =>entry ; =>back);
             back_at = a.offset().0;
-            let inner = a.new_dynamic_label();
-            self.slow.push(Slow {
-                entry,
-                back,
-                kind: SlowKind::Saving {
-                    entry: inner,
-                    kind: Box::new(kind),
-                },
-            });
+            self.push_saving(a, (entry, back), kind);
         } else if !self.live[i] {
             // Flags dead: compare in memory, then stamp through a dead register (or rax).
             for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
@@ -1108,17 +1119,7 @@ impl Plan {
             if scratch.is_none() && !self.fresh[0] {
                 dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
             }
-            for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
-                let clock = cache.clock(line) as i32;
-                dynasm!(a
-                    ; .arch x64
-                    ; mov Rq(r), QWORD [clock]
-                    ; inc Rq(r)
-                    ; mov QWORD [clock], Rq(r)
-                );
-                let at = abs_mem(a, (Some(0x48), 0x89, r), slot + 8, None);
-                fields[k].push((8, at));
-            }
+            stamp_slots(a, r, cache, (lines, &slots), &mut fields);
             if scratch.is_none() {
                 dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
                 self.fresh[0] = true;
@@ -1128,15 +1129,7 @@ impl Plan {
             dynasm!(a ; .arch x64 ; =>back);
             back_at = a.offset().0;
             // The slow path saves what it borrows and puts it back before coming back.
-            let inner = a.new_dynamic_label();
-            self.slow.push(Slow {
-                entry,
-                back,
-                kind: SlowKind::Saving {
-                    entry: inner,
-                    kind: Box::new(kind),
-                },
-            });
+            self.push_saving(a, (entry, back), kind);
         } else {
             // Flags live: compare without them (`lea`, `jrcxz`) in rax and rcx.
             if !self.fresh[0] {
@@ -1158,17 +1151,7 @@ impl Plan {
                     ; next:
                 );
             }
-            for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
-                let clock = cache.clock(line) as i32;
-                dynasm!(a
-                    ; .arch x64
-                    ; mov rax, QWORD [clock]
-                    ; lea rax, [rax + 1]
-                    ; mov QWORD [clock], rax
-                );
-                let at = abs_mem(a, (Some(0x48), 0x89, RAX), slot + 8, None);
-                fields[k].push((8, at));
-            }
+            stamp_slots(a, RAX, cache, (lines, &slots), &mut fields);
             self.slow.push(Slow { entry, back, kind });
             dynasm!(a ; .arch x64 ; =>back);
             back_at = a.offset().0;
@@ -4200,6 +4183,30 @@ fn fetched_lines(cache: &SlotI1, addr: u64, len: u32) -> FetchedLines {
         line_bits: cache.line_bits,
         first: addr >> cache.line_bits,
         last: last >> cache.line_bits,
+    }
+}
+
+/// A fetch check's hit: per line, `clock += 1; stamp = clock` for its set's clock and the
+/// slot the check names, in scratch register `r`, without the flags; each stamp's address
+/// field goes to `fields` (slot-relative 8).
+// dynasm's dynamic registers (`Rq(n)`) expand to a `.into()` of the `u8` given.
+#[allow(clippy::useless_conversion)]
+fn stamp_slots(
+    a: &mut Asm,
+    r: u8,
+    cache: &SlotI1,
+    (lines, slots): (&[u64], &[u64]),
+    fields: &mut [Vec<(u64, usize)>],
+) {
+    for ((&line, &slot), fields) in lines.iter().zip(slots).zip(fields) {
+        let clock = cache.clock(line) as i32;
+        dynasm!(a
+            ; .arch x64
+            ; mov Rq(r), QWORD [clock]
+            ; lea Rq(r), [Rq(r) + 1]
+            ; mov QWORD [clock], Rq(r)
+        );
+        fields.push((8, abs_mem(a, (Some(0x48), 0x89, r), slot + 8, None)));
     }
 }
 
