@@ -18,9 +18,10 @@
 //! * Counter bumps use one `inc [rip+d]` where the flags are dead and the counter is within
 //!   rel32 reach, and a flag-free load/`lea`/store otherwise.
 //!
-//! * The inline L1 lookup (`fetch_check_l1`/`data_check_l1`) updates the tags exactly as
-//!   `cachesim`'s `Cache::access` does for a single-line access (`l1_scan`), so the state
-//!   stays Valgrind's whichever path an access takes.
+//! * The inline D1 lookup (`data_check_l1`) updates the tags exactly as `cachesim`'s
+//!   `Cache::access` does for a single-line access (`l1_scan`), and a fetch check's hit
+//!   stamps its slot as `SlotCache::touch` would (`stamp_slots`), so the state stays
+//!   Valgrind's whichever path an access takes.
 //!
 //! * Callgrind's inline block-start paths (`inline_jump_low`, `inline_jump` and its return,
 //!   call, tail-call and stub cases) leave every register and live flags as they were on all
