@@ -68,19 +68,10 @@ pub struct HierarchyError {
     pub check: CheckError,
 }
 
-/// A first-level cache, the levels whose state generated code reads and updates itself
-/// (the D1's rows through [`Hierarchy::d1_flat_ptr_of`], the I1's slots through
-/// [`Hierarchy::i1_ptr_of`]); LL is read only through [`LastLevel::mru_tags_ptr`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum L1Level {
-    /// Level-1 instruction cache.
-    I1,
-    /// Level-1 data cache.
-    D1,
-}
-
 /// I1 + D1 + unified LL. Always boxed, so the I1 and the D1's flat part at
-/// [`Hierarchy::D1_FLAT_OFFSET`] keep their addresses for generated code. The I1 is kept as
+/// [`Hierarchy::D1_FLAT_OFFSET`] keep their addresses for generated code (which reads and
+/// updates both itself: the D1's rows through [`Hierarchy::d1_flat_ptr_of`], the I1's slots
+/// through [`Hierarchy::i1_ptr_of`]; LL only through [`LastLevel::mru_tags_ptr`]). The I1 is kept as
 /// slots with stamps ([`SlotCache`]), whose lines stay where they are until evicted, the D1
 /// as rows in recency order ([`Cache`]); both give Cachegrind's hits and misses.
 #[repr(C)]
@@ -96,8 +87,8 @@ impl Hierarchy {
     /// Byte offset of D1's [`FlatCache`] inside a `Hierarchy`.
     pub const D1_FLAT_OFFSET: usize = offset_of!(Hierarchy, d1) + Self::CACHE_FLAT_OFFSET;
     const CACHE_FLAT_OFFSET: usize = Cache::FLAT_OFFSET;
-    /// Byte offsets of the parts [`crate::raw::l1_part`] and [`crate::raw::ll_part`] reach
-    /// without a reference to the whole hierarchy.
+    /// Byte offsets of the parts that [`Hierarchy::i1_ptr_of`], [`crate::raw::d1_part`] and
+    /// [`crate::raw::ll_part`] reach without a reference to the whole hierarchy.
     pub(crate) const I1_OFFSET: usize = offset_of!(Hierarchy, i1);
     pub(crate) const D1_OFFSET: usize = offset_of!(Hierarchy, d1);
     pub(crate) const LL_OFFSET: usize = offset_of!(Hierarchy, ll);

@@ -120,7 +120,7 @@ pub use geometry::{
     cachegrind_desc_line, callgrind_desc_line, tweak_ll, verbose_config_lines, CacheGeometry,
     CacheLevel, CheckError, GeometryError, MIN_LINE_SIZE,
 };
-pub use hierarchy::{Hierarchy, HierarchyError, L1Level, Outcome};
+pub use hierarchy::{Hierarchy, HierarchyError, Outcome};
 pub use last_level::LastLevel;
 pub use raw::{FlatCache, OUTCOME_HIT, OUTCOME_L1_MISS, OUTCOME_LL_MISS};
 pub use slots::{SlotCache, Touched, CLOCK_WORDS, SLOT_WORDS};

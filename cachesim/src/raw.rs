@@ -37,7 +37,7 @@ use core::ptr::NonNull;
 
 use crate::branch::BranchPredictor;
 use crate::cache::Cache;
-use crate::hierarchy::{Hierarchy, L1Level};
+use crate::hierarchy::Hierarchy;
 use crate::last_level::LastLevel;
 use crate::slots::SlotCache;
 
@@ -160,20 +160,30 @@ pub(crate) struct ZeroedArray<T: ZeroIsValid> {
     ptr: NonNull<T>,
     len: u64,
     mapped: bool,
+    /// Whether it was asked for below 2 GiB (`new_low`); a clone is asked for the same.
+    low: bool,
 }
 
 impl<T: ZeroIsValid> ZeroedArray<T> {
     /// `len` zeros; `None` if the size overflows or memory is exhausted.
     pub(crate) fn new(len: u64) -> Option<Self> {
-        let (ptr, mapped) = alloc_zeroed::<T>(len, false)?;
-        Some(ZeroedArray { ptr, len, mapped })
+        Self::alloc(len, false)
     }
 
     /// Like `new`, below 2 GiB when it is small enough and the kernel allows (what generated
     /// code addresses with a 32-bit displacement).
     pub(crate) fn new_low(len: u64) -> Option<Self> {
-        let (ptr, mapped) = alloc_zeroed::<T>(len, true)?;
-        Some(ZeroedArray { ptr, len, mapped })
+        Self::alloc(len, true)
+    }
+
+    fn alloc(len: u64, low: bool) -> Option<Self> {
+        let (ptr, mapped) = alloc_zeroed::<T>(len, low)?;
+        Some(ZeroedArray {
+            ptr,
+            len,
+            mapped,
+            low,
+        })
     }
 
     /// The first element's address.
@@ -200,12 +210,8 @@ impl<T: ZeroIsValid> core::ops::DerefMut for ZeroedArray<T> {
 
 impl<T: ZeroIsValid> Clone for ZeroedArray<T> {
     fn clone(&self) -> Self {
-        let Some(mut copy) = (if self.mapped {
-            ZeroedArray::new_low(self.len)
-        } else {
-            ZeroedArray::new(self.len)
-        }) else {
-            // `new` allocated this size already; only memory exhaustion gets here.
+        let Some(mut copy) = ZeroedArray::alloc(self.len, self.low) else {
+            // This size was allocated already; only memory exhaustion gets here.
             std::alloc::handle_alloc_error(std::alloc::Layout::new::<T>());
         };
         copy.copy_from_slice(self);
@@ -400,29 +406,25 @@ pub unsafe extern "C" fn cachesim_ll_after_l1_miss(
     h.ll_after_l1_miss(addr, size) as u32
 }
 
-/// The L1 part alone of [`Hierarchy::fetch`] (`level` I1) or [`Hierarchy::data`] (D1):
-/// `true` on an L1 miss, whose LL part [`ll_part`] does, in the same order relative to the
-/// other LL parts. Reaches the level by offset, without a reference to the whole hierarchy,
-/// so that another thread may run LL parts meanwhile. Panic- and allocation-free.
+/// The D1 part alone of [`Hierarchy::data`]: `true` on a D1 miss, whose LL part
+/// [`ll_part`] does, in the same order relative to the other LL parts. Reaches the D1 by
+/// offset, without a reference to the whole hierarchy, so that another thread may run LL
+/// parts meanwhile. (The I1's Rust-side part is [`slots_touch`].) Panic- and
+/// allocation-free.
 ///
 /// # Safety
-/// `hierarchy` points to a live hierarchy (from `Box::into_raw`) whose `level` cache nothing
-/// else accesses during the call.
+/// `hierarchy` points to a live hierarchy (from `Box::into_raw`) whose D1 nothing else
+/// accesses during the call.
 #[inline]
-pub unsafe fn l1_part(hierarchy: *mut Hierarchy, level: L1Level, addr: u64, size: u64) -> bool {
-    let offset = match level {
-        L1Level::I1 => Hierarchy::I1_OFFSET,
-        L1Level::D1 => Hierarchy::D1_OFFSET,
-    };
-    // SAFETY: (caller) live, and the level, a `Cache` at its offset, is ours alone for the
-    // call.
+pub unsafe fn d1_part(hierarchy: *mut Hierarchy, addr: u64, size: u64) -> bool {
+    // SAFETY: (caller) live, and the D1, a `Cache` at its offset, is ours alone for the call.
     unsafe {
         let size = clamped_size(hierarchy, size);
-        let l1 = hierarchy.cast::<u8>().add(offset);
-        match level {
-            L1Level::I1 => (*l1.cast::<SlotCache>()).access(addr, size),
-            L1Level::D1 => (*l1.cast::<Cache>()).access(addr, size),
-        }
+        let d1 = &mut *hierarchy
+            .cast::<u8>()
+            .add(Hierarchy::D1_OFFSET)
+            .cast::<Cache>();
+        d1.access(addr, size)
     }
 }
 

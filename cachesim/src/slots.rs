@@ -29,7 +29,7 @@ use crate::raw::ZeroedArray;
 pub const SLOT_WORDS: u64 = 2;
 /// Words before a set's first slot: its clock, then one unused word (slots 16-byte aligned).
 pub const CLOCK_WORDS: u64 = 2;
-// `SlotCache::touch` takes a row apart by pattern as clock, unused word, slots.
+// `SlotCache`'s rows are taken apart by pattern as clock, unused word, slots.
 const _: () = assert!(CLOCK_WORDS == 2);
 
 /// One cache level as slots with stamps (see the module documentation).
@@ -132,26 +132,18 @@ impl SlotCache {
         self.base() + ((line & self.set_mask) * self.row_words + CLOCK_WORDS + way * SLOT_WORDS) * 8
     }
 
-    /// The first index of `line`'s set's row, `None` past the array (unreachable: the set is
-    /// at most `set_mask` and the array holds `sets` rows).
-    fn row_start(&self, line: u64) -> Option<usize> {
-        let start = (line & self.set_mask) * self.row_words;
-        (start + self.row_words <= self.words.len() as u64).then_some(start as usize)
-    }
-
-    /// The way holding `line`, if any (no state changes).
-    pub fn find(&self, line: u64) -> Option<u64> {
-        self.locate(line).ok()
+    /// Set `set`'s row (`None` past the array: unreachable for `set <= set_mask`, as the
+    /// array holds `sets` rows).
+    fn row(&self, set: u64) -> Option<&[u64]> {
+        let start = (set * self.row_words) as usize;
+        self.words
+            .get(start..start.wrapping_add(self.row_words as usize))
     }
 
     /// The way holding `line` (`Ok`), or else the way a miss of it would fill now (`Err`);
     /// no state changes.
     pub fn locate(&self, line: u64) -> Result<u64, u64> {
-        let start = self.row_start(line).unwrap_or(0);
-        match self
-            .words
-            .get(start..start.wrapping_add(self.row_words as usize))
-        {
+        match self.row(line & self.set_mask) {
             Some([_, _, slots @ ..]) => locate_in(slots, line),
             _ => Err(0),
         }
@@ -161,19 +153,16 @@ impl SlotCache {
     /// allocation-free.
     #[inline]
     pub fn touch(&mut self, line: u64) -> Touched {
-        let missed = Touched {
-            way: 0,
-            missed: true,
-        };
-        let Some(start) = self.row_start(line) else {
-            return missed;
-        };
+        let start = ((line & self.set_mask) * self.row_words) as usize;
         // No indexing or splitting that could panic: this runs on the fetch checks' slow path.
         let Some([clock, _, slots @ ..]) = self
             .words
             .get_mut(start..start.wrapping_add(self.row_words as usize))
         else {
-            return missed;
+            return Touched {
+                way: 0,
+                missed: true,
+            };
         };
         *clock = clock.wrapping_add(1);
         let now = *clock;
@@ -213,11 +202,10 @@ impl SlotCache {
     }
 
     fn ordered_row(&self, set: u64) -> Vec<u64> {
-        let start = (set * self.row_words) as usize;
-        let Some(row) = self.words.get(start..start + self.row_words as usize) else {
+        let Some([_, _, slots @ ..]) = self.row(set) else {
             return Vec::new();
         };
-        let mut slots: Vec<(u64, u64)> = row[CLOCK_WORDS as usize..]
+        let mut slots: Vec<(u64, u64)> = slots
             .chunks_exact(SLOT_WORDS as usize)
             .map(|s| (s[0], s[1]))
             .collect();
@@ -280,8 +268,7 @@ mod tests {
                 missed: true
             }
         );
-        assert_eq!(c.find(2), Some(a.way));
-        assert_eq!(c.find(4), None);
+        assert_eq!(c.locate(2), Ok(a.way));
         // 6 is the more recent: a miss of 4 would take the slot of 2.
         assert_eq!(c.locate(4), Err(a.way));
         assert_eq!(c.set_of(6 * 64), vec![6, 2]);

@@ -22,7 +22,7 @@ pub mod modules;
 pub mod options;
 pub mod summary;
 
-use cachesim::{BranchPredictor, CacheLevel, Hierarchy, L1Level};
+use cachesim::{BranchPredictor, CacheLevel, Hierarchy};
 use dbt_core::tool::{
     AccessKind, AfterMiss, BlockView, CallArg, ClientReply, DataRef, FiniReason, FlowKind, Helper,
     InsnView, Instrumenter, LlHitCount, LlQueue, LlRows, MaskedOff, MemAccess, MruCache, RepKind,
@@ -50,29 +50,23 @@ pub const STOP_INSTRUMENTATION: u64 = 0x4347_0001;
 static HIER: AtomicPtr<Hierarchy> = AtomicPtr::new(core::ptr::null_mut());
 static BP: AtomicPtr<BranchPredictor> = AtomicPtr::new(core::ptr::null_mut());
 
+/// A whole data access, as a data check hands some over (one across two lines, say): its
+/// D1 part here, its LL part (on a D1 miss) through the LL queue. `slot` is the access's
+/// D1-miss slot of a live cost array, the LL-miss slot after it.
 extern "C" fn cg_data(slot: u64, addr: u64, size: u64) -> u64 {
-    // SAFETY: as in `access`.
-    unsafe { access(L1Level::D1, slot, addr, size) };
-    0
-}
-
-/// A whole access: its L1 part here, its LL part (on an L1 miss) through the LL queue.
-///
-/// # Safety
-/// `slot` is the access's L1-miss slot of a live cost array, the LL-miss slot after it.
-unsafe fn access(level: L1Level, slot: u64, addr: u64, size: u64) {
     let h = HIER.load(Ordering::Relaxed);
     if h.is_null() {
-        return;
+        return 0;
     }
     // SAFETY: HIER is set once, before any guest code runs, to a leaked Hierarchy whose L1s
     // only translated code uses (guest threads run one at a time); `slot` is a cost-array
     // slot embedded at instrumentation.
     unsafe {
-        if cachesim::raw::l1_part(h, level, addr, size) {
+        if cachesim::raw::d1_part(h, addr, size) {
             l1_missed(slot, addr, size);
         }
     }
+    0
 }
 
 /// The LL part of a fetch or data access whose L1 miss the inline code has already recorded
@@ -81,7 +75,7 @@ extern "C" fn cg_ll(slot: u64, addr: u64, size: u64) -> u64 {
     if HIER.load(Ordering::Relaxed).is_null() {
         return 0;
     }
-    // SAFETY: as in `access`.
+    // SAFETY: as in `cg_data`.
     unsafe { l1_missed(slot, addr, size) };
     0
 }
@@ -90,7 +84,7 @@ extern "C" fn cg_ll(slot: u64, addr: u64, size: u64) -> u64 {
 /// after).
 ///
 /// # Safety
-/// As for `access`.
+/// As in `cg_data`.
 unsafe fn l1_missed(slot: u64, addr: u64, size: u64) {
     let slot = slot as *mut u64;
     // SAFETY: (caller) two live slots.
