@@ -30,7 +30,7 @@
 //! Deliberately not done: merging checks across guest instructions (each instruction's
 //! requests are emitted on their own; only held flags carry over).
 use super::calltrack::{EXIT_OTHER, EXIT_RET};
-use super::fetch_slots::fetch_slots_slow;
+use super::fetch_slots::{fetch_slots_slow, record_words, SlotField};
 use super::{
     AddressTerm, AfterMiss, BlockView, CallArg, DataRef, Helper, LaneRef, LlHitCount, LlQueue,
     MaskedOff, MemAccess, MruCache, Op, SlotI1,
@@ -1089,11 +1089,11 @@ impl Plan {
             // SAFETY: `locate` only reads the simulator's state (`SlotI1`'s contract).
             .map(|&l| unsafe { (cache.locate)(cache.cache, l) })
             .collect();
-        let end = cache.base + (cache.set_mask + 1) * cache.row_bytes;
-        // The fields the slow path rewrites: per line (slot-relative address, offset).
-        let mut fields: Vec<Vec<(u64, usize)>> = vec![Vec::new(); lines.len()];
+        let slots_end = cache.base + (cache.set_mask + 1) * cache.row_bytes;
+        // The fields the slow path rewrites: per line, (what it holds, its offset).
+        let mut fields: Vec<Vec<(SlotField, usize)>> = vec![Vec::new(); lines.len()];
         let back_at;
-        if end > 1 << 31 {
+        if slots_end > 1 << 31 {
             // Out of 32-bit reach (a huge I1, or no low mapping): every fetch goes through
             // the slow path, which then has nothing to rewrite.
             dynasm!(a ; .arch x64 ; jmp =>entry ; =>back);
@@ -1104,14 +1104,15 @@ impl Plan {
             for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
                 if line < 1 << 31 {
                     let at = abs_mem(a, (Some(0x48), 0x81, 7), slot, Some(line as i32));
-                    fields[k].push((0, at));
+                    fields[k].push((SlotField::Line, at));
                 } else {
                     let at = abs_mem(a, (None, 0x81, 7), slot, Some(line as u32 as i32));
+                    fields[k].push((SlotField::Line, at));
                     dynasm!(a ; .arch x64 ; jne =>entry);
-                    fields[k].push((0, at));
                     let hi = (line >> 32) as u32 as i32;
-                    let at = abs_mem(a, (None, 0x81, 7), slot + 4, Some(hi));
-                    fields[k].push((4, at));
+                    let high = slot + SlotField::High as u64;
+                    let at = abs_mem(a, (None, 0x81, 7), high, Some(hi));
+                    fields[k].push((SlotField::High, at));
                 }
                 dynasm!(a ; .arch x64 ; jne =>entry);
             }
@@ -1141,7 +1142,7 @@ impl Plan {
             }
             for (k, (&line, &slot)) in lines.iter().zip(&slots).enumerate() {
                 let at = abs_mem(a, (Some(0x48), 0x8b, RAX), slot, None);
-                fields[k].push((0, at));
+                fields[k].push((SlotField::Line, at));
                 let neg = line.wrapping_neg();
                 dynasm!(a
                     ; .arch x64
@@ -1160,22 +1161,8 @@ impl Plan {
             self.fresh = [true; 2];
         }
         // The slow path's record (`fetch_slots_slow`), by the block's other constants.
-        let mut words = vec![addr];
-        for (k, line_fields) in fields.iter().enumerate() {
-            let mut w = if k == 0 { len } else { 0 };
-            for &(add, at) in line_fields {
-                let shift = match add {
-                    0 => 16,
-                    4 => 32,
-                    _ => 48,
-                };
-                debug_assert!(back_at - at < 1 << 16, "fetch check too long");
-                w |= ((back_at - at) as u64) << shift;
-            }
-            words.push(w);
-        }
         let mut label = Some(record);
-        for w in words {
+        for w in record_words(addr, len, back_at, &fields) {
             let l = label.take().unwrap_or_else(|| a.new_dynamic_label());
             self.literals.push((l, w));
         }
@@ -2969,11 +2956,7 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             if !flags_dead {
                 save_flags(a);
             }
-            let (looked_up, call_ll, restore) = (
-                a.new_dynamic_label(),
-                a.new_dynamic_label(),
-                a.new_dynamic_label(),
-            );
+            let (looked_up, restore) = (a.new_dynamic_label(), a.new_dynamic_label());
             dynasm!(a
                 ; .arch x64
                 ; gs mov QWORD [IS2], rdx
@@ -2994,7 +2977,6 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
                 // The flags are saved or dead here.
                 ; gs cmp QWORD [ARG0], 0
                 ; je =>restore
-                ; =>call_ll
             );
             // Within one line the LL part of the fetch is that of the line's first byte
             // (`whole_lines`).
@@ -4189,7 +4171,7 @@ fn fetched_lines(cache: &SlotI1, addr: u64, len: u32) -> FetchedLines {
 
 /// A fetch check's hit: per line, `clock += 1; stamp = clock` for its set's clock and the
 /// slot the check names, in scratch register `r`, without the flags; each stamp's address
-/// field goes to `fields` (slot-relative 8).
+/// field goes to `fields`.
 // dynasm's dynamic registers (`Rq(n)`) expand to a `.into()` of the `u8` given.
 #[allow(clippy::useless_conversion)]
 fn stamp_slots(
@@ -4197,7 +4179,7 @@ fn stamp_slots(
     r: u8,
     cache: &SlotI1,
     (lines, slots): (&[u64], &[u64]),
-    fields: &mut [Vec<(u64, usize)>],
+    fields: &mut [Vec<(SlotField, usize)>],
 ) {
     for ((&line, &slot), fields) in lines.iter().zip(slots).zip(fields) {
         let clock = cache.clock(line) as i32;
@@ -4207,7 +4189,11 @@ fn stamp_slots(
             ; lea Rq(r), [Rq(r) + 1]
             ; mov QWORD [clock], Rq(r)
         );
-        fields.push((8, abs_mem(a, (Some(0x48), 0x89, r), slot + 8, None)));
+        let stamp = slot + SlotField::Stamp as u64;
+        fields.push((
+            SlotField::Stamp,
+            abs_mem(a, (Some(0x48), 0x89, r), stamp, None),
+        ));
     }
 }
 

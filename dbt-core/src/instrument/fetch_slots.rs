@@ -17,6 +17,48 @@
 //! * Guest threads run one at a time, so no other thread runs the code being rewritten.
 use super::SlotI1;
 
+/// What a check's address field holds, relative to its slot's line word: the line word (or
+/// its low half), its high half, the stamp.
+#[derive(Clone, Copy)]
+pub(super) enum SlotField {
+    Line = 0,
+    High = 4,
+    Stamp = 8,
+}
+
+impl SlotField {
+    const ALL: [SlotField; 3] = [SlotField::Line, SlotField::High, SlotField::Stamp];
+
+    /// The bit offset of the field's distance in its line's record word.
+    fn shift(self) -> u32 {
+        match self {
+            SlotField::Line => 16,
+            SlotField::High => 32,
+            SlotField::Stamp => 48,
+        }
+    }
+}
+
+/// The record of a check of the fetch of `len` bytes at `addr` whose end is at offset
+/// `end` of its translation, with `fields[k]` the (field, offset) pairs of its `k`th line.
+pub(super) fn record_words(
+    addr: u64,
+    len: u64,
+    end: usize,
+    fields: &[Vec<(SlotField, usize)>],
+) -> Vec<u64> {
+    let mut words = vec![addr];
+    for (k, line_fields) in fields.iter().enumerate() {
+        let mut word = if k == 0 { len } else { 0 };
+        for &(field, at) in line_fields {
+            debug_assert!(end - at < 1 << 16, "fetch check too long");
+            word |= ((end - at) as u64) << field.shift();
+        }
+        words.push(word);
+    }
+    words
+}
+
 /// `cache` is the check's `&'static SlotI1`, `back` the address of its end, `record` its
 /// record. Returns 1 if a line missed in the I1, else 0. Integer-only.
 pub(super) extern "C" fn fetch_slots_slow(cache: u64, back: u64, record: u64) -> u64 {
@@ -43,11 +85,11 @@ pub(super) extern "C" fn fetch_slots_slow(cache: u64, back: u64, record: u64) ->
 
 /// Rewrites the address fields `fields` names (see the module documentation) for `slot`.
 fn repoint(back: u64, fields: u64, slot: u64) {
-    for (shift, add) in [(16, 0u64), (32, 4), (48, 8)] {
-        let distance = (fields >> shift) & 0xffff;
+    for field in SlotField::ALL {
+        let distance = (fields >> field.shift()) & 0xffff;
         if distance != 0 {
+            let value = (slot + field as u64) as u32;
             let field = (back - distance) as *mut u32;
-            let value = (slot + add) as u32;
             // SAFETY: the field lies in the hot part of the running translation (in the
             // writable code cache), `distance` bytes before its end, as emitted; slot
             // addresses are below 2 GiB when the check has fields (`Plan::fetch`). Written
