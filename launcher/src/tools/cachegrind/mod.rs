@@ -209,11 +209,15 @@ struct Caches {
 }
 
 impl Caches {
-    /// What an inline L1 check whose whole-access helper is `h` does after an L1 miss:
-    /// `cg_ll` with the same miss slot.
-    fn after_miss(&self, h: Helper) -> AfterMiss {
+    /// What an inline L1 check whose miss slot is `slot` does after an L1 miss: `cg_ll`
+    /// with that slot.
+    fn after_miss(&self, slot: u64) -> AfterMiss {
         AfterMiss {
-            helper: Helper { func: cg_ll, ..h },
+            helper: Helper {
+                func: cg_ll,
+                arg0: slot,
+                integer_only: true,
+            },
             ll_mru: self.ll_mru,
             ll_rows: self.ll_rows,
             ll_hit: LlHitCount::Arg0,
@@ -713,12 +717,7 @@ impl Tool for Cachegrind {
                 let first = v.addr >> c.i1.line_bits;
                 let last = (v.addr + u64::from(v.len.max(1)) - 1) >> c.i1.line_bits;
                 if last_line != Some(first) || first != last {
-                    let h = Helper {
-                        func: cg_ll,
-                        arg0: at(S_I1MR) as u64,
-                        integer_only: true,
-                    };
-                    ins.fetch_check_l1(i, c.i1, c.after_miss(h));
+                    ins.fetch_check_l1(i, c.i1, c.after_miss(at(S_I1MR) as u64));
                 }
                 last_line = Some(last);
                 if has_skippable_elements(v) {
@@ -744,7 +743,7 @@ impl Tool for Cachegrind {
                             arg0: slot as u64,
                             integer_only: true,
                         };
-                        ins.data_check_l1(i, dref, c.d1, h, c.after_miss(h));
+                        ins.data_check_l1(i, dref, c.d1, h, c.after_miss(h.arg0));
                     }
                 }
             }
