@@ -455,7 +455,8 @@ pub unsafe extern "C" fn slots_locate(cache: u64, line: u64) -> u64 {
     c.slot_addr(line, way)
 }
 
-/// The LL part of an access whose L1 part missed ([`l1_part`]): `true` on an LL miss.
+/// The LL part of an access whose L1 part missed ([`d1_part`], or generated code): `true`
+/// on an LL miss.
 /// Panic- and allocation-free.
 ///
 /// # Safety
