@@ -296,13 +296,9 @@ impl ElfFile {
 
     /// Maps all PT_LOAD segments, followed (when `brk_reserve > 0`) by a `PROT_NONE`,
     /// `MAP_NORESERVE` reservation of `brk_reserve` bytes (a page multiple) right after the image.
-    /// A position-independent image goes to `prefer` (aligned up) when that whole range is
-    /// free, else where the kernel puts it.
-    pub(crate) fn map(
-        &self,
-        brk_reserve: u64,
-        prefer: Option<u64>,
-    ) -> Result<MappedImage, LoadError> {
+    /// A position-independent image goes to the first of `prefer` (aligned up) whose whole
+    /// range is free, else where the kernel puts it.
+    pub(crate) fn map(&self, brk_reserve: u64, prefer: &[u64]) -> Result<MappedImage, LoadError> {
         let page = page_size();
         let loads: Vec<&ProgramHeader> =
             self.phdrs.iter().filter(|p| p.p_type == PT_LOAD).collect();
@@ -373,7 +369,7 @@ impl ElfFile {
             let wide_len = total
                 .checked_add(slack)
                 .ok_or_else(|| self.map_error("the program", libc::ENOMEM))?;
-            let preferred = prefer.and_then(|base| {
+            let preferred = prefer.iter().find_map(|base| {
                 let at = base.checked_add(align - 1)? & !(align - 1);
                 Reservation::fixed(at, total).ok()
             });

@@ -273,13 +273,16 @@ pub(crate) fn show(path: &std::path::Path) -> String {
 ///
 /// On success the caller owns all the mappings (they are never unmapped by the loader); on
 /// error nothing stays mapped.
-/// Where a position-independent program goes (with its brk reservation after it) when that
-/// range is free: where the kernel puts one natively (0x55..-0x56.., above rgrind's own
-/// binary), below the libraries and the stack, which the kernel places from the top of the
-/// address space down, so that the program, its heap, the libraries and the stack come in
-/// the order they come natively (and under Valgrind), and the sanitizers' fixed shadow
-/// ranges stay clear of the program.
-const PIE_BASE: u64 = 0x5600_0000_0000;
+/// Where a position-independent program goes (with its brk reservation after it): the first
+/// of these whose range is free. The first is where the kernel puts one natively (0x55..-0x56..,
+/// above rgrind's own binary when randomisation is off), below the libraries and the stack,
+/// which the kernel places from the top of the address space down, so that the program, its
+/// heap, the libraries and the stack come in the order they come natively (and under Valgrind),
+/// and the sanitizers' fixed shadow ranges stay clear of the program. Where randomisation stays
+/// on (`--tool=none`, or a persona that cannot be set) rgrind's own binary and heap lie anywhere
+/// in the terabyte above 0x5555_5555_4000, on the first range about once in a thousand runs; the
+/// others are 256 GiB away on either side, so one of them is free and the order holds.
+pub(crate) const PIE_BASES: [u64; 3] = [0x5600_0000_0000, 0x5640_0000_0000, 0x55c0_0000_0000];
 
 pub fn load(program: &GuestProgram, opts: &LoadOptions) -> Result<LoadedGuest, LoadError> {
     let page = page_size();
@@ -290,12 +293,12 @@ pub fn load(program: &GuestProgram, opts: &LoadOptions) -> Result<LoadedGuest, L
     })?;
     let exe_file = elf::ElfFile::open(&program.exe_path)?;
     let stack_res = stack::reserve_stack(&program.exe_path, opts.stack_size)?;
-    let exe_res = exe_file.map(brk_reserve, Some(PIE_BASE))?;
+    let exe_res = exe_file.map(brk_reserve, &PIE_BASES)?;
     let interp_res = match exe_file.interp_path()? {
         Some(interp_path) => {
             let interp_file = elf::ElfFile::open(&interp_path)
                 .map_err(|e| interp_error(&program.exe_path, &interp_path, e))?;
-            Some(interp_file.map(0, None)?)
+            Some(interp_file.map(0, &[])?)
         }
         None => None,
     };

@@ -898,3 +898,31 @@ fn hand_made_et_dyn_honours_p_align_and_zeroes_bss() {
     unsafe { g.unmap() };
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// With randomisation on, rgrind's own binary can lie where a position-independent program
+/// goes first; the program then goes to the next free base, still below the libraries, not
+/// where the kernel would put it (above them).
+#[test]
+fn pie_goes_to_the_next_base_when_the_first_is_taken() {
+    let _lock = FIXED_ADDRESS_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    // Tests that load a PIE without the lock may hold the first base for a moment.
+    let blocker = (0..500)
+        .find_map(|_| {
+            let r = elf::Reservation::fixed(PIE_BASES[0] + (64 << 20), 4096).ok();
+            if r.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r
+        })
+        .expect("the first base stays taken");
+    let prog = resolve(Path::new("/usr/bin/true"), &[]).unwrap();
+    let g = load(&prog, &opts()).unwrap();
+    assert!(
+        PIE_BASES[1..].contains(&g.exe.start),
+        "program at {:#x}, not at one of {PIE_BASES:x?}",
+        g.exe.start
+    );
+    // SAFETY: nothing ran.
+    unsafe { g.unmap() };
+    drop(blocker);
+}
