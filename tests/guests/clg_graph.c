@@ -3,7 +3,7 @@
  * collection toggled by a client request around `measured` when CLG_TOGGLE is defined, and
  * in `alternate` an indirect call site alternating between two callees, chains of returns,
  * PLT calls into libc and (with -O2) tail calls, also through a PLT stub (the fast and
- * inline call/return paths). */
+ * inline call/return paths), and in `popjmp` a function that pops its own return address. */
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
@@ -43,8 +43,30 @@ __attribute__((noinline)) long alternate(void) {
     return s;
 }
 
+/* popjmp(n, drop) sums n..1 in a loop; with `drop` it first pops its own return address
+ * and runs on in itself: rsp lies above its frame, so at the next block Callgrind unwinds
+ * the frame and charges the loop to the caller. The loop's block is entered in popjmp's
+ * context too (calls without `drop`): a jump within one function that rgrind's inline jump
+ * case must not take in that context after the pop. */
+long popjmp(long n, long drop);
+__asm__(".text\n.globl popjmp\n.type popjmp, @function\npopjmp:\n"
+        "    xor %eax, %eax\n"
+        "    test %rsi, %rsi\n"
+        "    jz 1f\n"
+        "    pop %rcx\n"
+        "    jmp 1f\n"
+        "1:  add %rdi, %rax\n"
+        "    dec %rdi\n"
+        "    jnz 1b\n"
+        "    test %rsi, %rsi\n"
+        "    jz 2f\n"
+        "    jmp *%rcx\n"
+        "2:  ret\n"
+        ".size popjmp, .-popjmp\n");
+
 int main(void) {
     long f = fib(10);
+    for (int i = 0; i < 8; i++) f += popjmp(20, i & 1);
     int got = 0;
     for (int i = 0; i < 3; i++) {
         int r = setjmp(env);

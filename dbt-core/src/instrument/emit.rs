@@ -257,6 +257,10 @@ pub(crate) struct Plan {
     fetched: Option<FetchedLines>,
     /// Whether cache checks may share their scans (`shared_data_scan`).
     shared_scans: bool,
+    /// `Instrumenter::disarm_if_unwound`: before which instruction (the block's length: at
+    /// its end) the check goes, and the state's address; `None` where the block cannot
+    /// raise `rsp`.
+    unwind_check: Option<(usize, u64)>,
 }
 
 // SAFETY: see `Op`: the pointers are addresses embedded in code, not dereferenced here.
@@ -282,8 +286,17 @@ impl Plan {
                 }
                 _ => false,
             });
+        let unwind_check = ins.unwind_watch.and_then(|st| {
+            let st = st as *const super::calltrack::JumpState as u64;
+            let low = st + size_of::<super::calltrack::JumpState>() as u64 <= 1 << 31;
+            let insns: Vec<&Instruction> = view.insns.iter().map(|v| v.insn).collect();
+            low.then(|| after_rsp_rise(&insns))
+                .flatten()
+                .map(|at| (at, st))
+        });
         Plan {
             ops: ins.ops,
+            unwind_check,
             live,
             facts: view
                 .insns
@@ -333,6 +346,7 @@ impl Plan {
             line_entry: None,
             fetched: None,
             shared_scans: false,
+            unwind_check: None,
         }
     }
 
@@ -478,6 +492,44 @@ impl Plan {
         }
     }
 
+    /// The code after the block's last instruction, before a fall-through exit: the unwind
+    /// check when that instruction writes `rsp` (`Instrumenter::disarm_if_unwound`).
+    pub(crate) fn emit_block_end(&mut self, a: &mut Asm) {
+        if self
+            .unwind_check
+            .is_some_and(|(at, _)| at == self.facts.len())
+        {
+            // The flags count as live after every block.
+            self.disarm_if_unwound(a, false);
+        }
+    }
+
+    /// `expect = u64::MAX` when `rsp > top_sp`. Held flags wait in `gs:[instr_flags]`
+    /// already; live ones are saved around it.
+    fn disarm_if_unwound(&mut self, a: &mut Asm, flags_dead: bool) {
+        let Some((_, st)) = self.unwind_check else {
+            return;
+        };
+        let save = !flags_dead && !self.stashed;
+        if save {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
+            save_flags(a);
+            self.fresh = [false; 2];
+        }
+        let (top, expect) = (st as i32 + JUMP_OFF.top, st as i32 + JUMP_OFF.expect);
+        dynasm!(a
+            ; .arch x64
+            ; cmp rsp, QWORD [top]
+            ; jbe >kept
+            ; mov QWORD [expect], -1
+            ; kept:
+        );
+        if save {
+            restore_flags(a);
+            dynasm!(a ; .arch x64 ; gs mov rax, QWORD [IS0]);
+        }
+    }
+
     /// Makes the following `emit_before` calls emit copy `copy` (1, 2, ...) of a self-loop
     /// whose first copy starts at `head` (`Plan::loop_lite_ok`).
     pub(crate) fn set_loop_head(&mut self, head: DynamicLabel, copy: u32) {
@@ -582,6 +634,9 @@ impl Plan {
     pub(crate) fn emit_before(&mut self, a: &mut Asm, host: u64, i: usize) -> Result<(), String> {
         if self.is_empty() {
             return Ok(());
+        }
+        if self.unwind_check.is_some_and(|(at, _)| at == i) {
+            self.disarm_if_unwound(a, !self.live[i]);
         }
         if self.stashed && !self.may_hold_through(i) && !self.checks_take_held(i) {
             self.unstash(a, i);
@@ -714,7 +769,7 @@ impl Plan {
                         if let Some(short) = short {
                             let (second, miss) = (a.new_dynamic_label(), a.new_dynamic_label());
                             mark(a, "clg-short");
-                            short.emit_hot(a, &jump, (second, miss));
+                            short.emit_hot(a, &jump, second);
                             self.slow.push(Slow {
                                 entry: second,
                                 back: done,
@@ -1696,15 +1751,12 @@ impl ShortForm {
         );
     }
 
-    /// Enters the block with the entry at byte `e` (to `miss` when there is something to
-    /// unwind) and puts back what was borrowed.
-    fn enter(&self, a: &mut Asm, j: &super::calltrack::InlineJump, e: i32, miss: DynamicLabel) {
+    /// Enters the block with the entry at byte `e` and puts back what was borrowed. There is
+    /// nothing to unwind: the previous block ended plainly with the state armed, so it began
+    /// with `rsp <= top_sp` and, where it may have raised `rsp` above that, disarmed the
+    /// state (`Instrumenter::disarm_if_unwound`).
+    fn enter(&self, a: &mut Asm, j: &super::calltrack::InlineJump, e: i32) {
         let o = JUMP_OFF;
-        dynasm!(a
-            ; .arch x64
-            ; cmp rsp, QWORD [self.s(o.top)]
-            ; ja =>miss
-        );
         let b = Bases {
             st: Base::Abs(self.st as i32),
             rec: Base::Abs(self.r(e)),
@@ -1720,15 +1772,10 @@ impl ShortForm {
     /// The inline part: borrows, tests the first entry (to `second`, out of line, when it
     /// is not the expected one) and enters with it, falling through.
     #[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
-    fn emit_hot(
-        &self,
-        a: &mut Asm,
-        j: &super::calltrack::InlineJump,
-        (second, miss): (DynamicLabel, DynamicLabel),
-    ) {
+    fn emit_hot(&self, a: &mut Asm, j: &super::calltrack::InlineJump, second: DynamicLabel) {
         self.save(a);
         self.key_test(a, 0, second);
-        self.enter(a, j, 0, miss);
+        self.enter(a, j, 0);
     }
 
     /// The out-of-line part, from `second` (placed by the caller) with the register
@@ -1748,7 +1795,7 @@ impl ShortForm {
     ) {
         let alt = super::calltrack::InlineRec::ALT;
         self.key_test(a, alt, miss);
-        self.enter(a, j, alt, miss);
+        self.enter(a, j, alt);
         dynasm!(a ; .arch x64 ; jmp =>done ; =>miss);
         let saved_rax = !self.flags_dead;
         let saved_rcx = self.flags_dead && self.borrowed;
@@ -2395,6 +2442,59 @@ fn loop_charge(a: &mut Asm, short: &ShortForm, j: &super::calltrack::InlineJump,
     add_imm(a, st, o.bbs, n);
     add_imm(a, st, o.ir, n * j.ir as i32);
     short.restore(a);
+}
+
+/// Where a block whose instructions are `insns` may leave `rsp` above where it found it: the
+/// index after its last write to `rsp` (from there on `rsp` is the one the block leaves
+/// with). `None` when every write is a known step and together they do not raise it: pushes
+/// and pops, `add`/`sub` of an immediate, `lea rsp, [rsp + d]`, `and` with a negative
+/// immediate (an alignment). Anything else (`mov rsp`, `leave`, `pop rsp`, `xchg`) may
+/// raise it.
+fn after_rsp_rise(insns: &[&Instruction]) -> Option<usize> {
+    let mut info = InstructionInfoFactory::new();
+    let mut rise = 0i64;
+    let mut unknown = false;
+    let mut last = None;
+    for (i, insn) in insns.iter().enumerate() {
+        if !writes_rsp(&mut info, insn) {
+            continue;
+        }
+        last = Some(i + 1);
+        match rsp_step(insn) {
+            Some(d) => rise += d,
+            None => unknown = true,
+        }
+    }
+    last.filter(|_| unknown || rise > 0)
+}
+
+/// The change a known step makes to `rsp` (an upper bound for `and`), else `None`.
+fn rsp_step(insn: &Instruction) -> Option<i64> {
+    use iced_x86::Mnemonic as M;
+    let rsp_dest = insn.op0_kind() == OpKind::Register && insn.op0_register() == Register::RSP;
+    let imm = || match insn.op1_kind() {
+        OpKind::Immediate8to64
+        | OpKind::Immediate32to64
+        | OpKind::Immediate8
+        | OpKind::Immediate32 => Some(insn.immediate(1) as i64),
+        _ => None,
+    };
+    match insn.mnemonic() {
+        M::Push | M::Pop | M::Pushf | M::Pushfq | M::Popf | M::Popfq if !rsp_dest => {
+            Some(i64::from(insn.stack_pointer_increment()))
+        }
+        M::Add if rsp_dest => imm(),
+        M::Sub if rsp_dest => imm().map(|v| v.wrapping_neg()),
+        M::And if rsp_dest => imm().filter(|&v| v < 0).map(|_| 0),
+        M::Lea
+            if rsp_dest
+                && insn.memory_base() == Register::RSP
+                && insn.memory_index() == Register::None =>
+        {
+            Some(insn.memory_displacement64() as i64)
+        }
+        _ => None,
+    }
 }
 
 /// Whether `insn` may change `rsp` (a memory operand's base is a read).
@@ -4429,4 +4529,47 @@ fn add_flag_free(a: &mut Asm, dst: Register, src: Register) -> Result<(), String
         a,
         &Instruction::with2(Code::Lea_r64_m, dst, m).map_err(|e| e.to_string())?,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use iced_x86::{Decoder, DecoderOptions};
+
+    fn rise(code: &[u8]) -> Option<usize> {
+        let insns: Vec<Instruction> = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE)
+            .into_iter()
+            .collect();
+        after_rsp_rise(&insns.iter().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn blocks_that_may_raise_rsp_are_found() {
+        // push rbx; pop rbx; jmp $: nothing raised.
+        assert_eq!(rise(&[0x53, 0x5b, 0xeb, 0xfe]), None);
+        // sub rsp, 0x18; add rsp, 0x18; lea rsp, [rsp - 8]; and rsp, -16; jmp $
+        assert_eq!(
+            rise(&[
+                0x48, 0x83, 0xec, 0x18, 0x48, 0x83, 0xc4, 0x18, 0x48, 0x8d, 0x64, 0x24, 0xf8, 0x48,
+                0x83, 0xe4, 0xf0, 0xeb, 0xfe
+            ]),
+            None
+        );
+        // pop rcx; xor eax, eax; jmp $: raised by the pop, checked after it.
+        assert_eq!(rise(&[0x59, 0x31, 0xc0, 0xeb, 0xfe]), Some(1));
+        // push rbx; add rsp, 16; nop: raised by 8, checked after the add.
+        assert_eq!(rise(&[0x53, 0x48, 0x83, 0xc4, 0x10, 0x90]), Some(2));
+        // lea rsp, [rsp + 8]: raised; pop rcx as the last instruction: checked at the end.
+        assert_eq!(rise(&[0x48, 0x8d, 0x64, 0x24, 0x08]), Some(1));
+        assert_eq!(rise(&[0x90, 0x59]), Some(2));
+        // mov rsp, rbp; leave; pop rsp; and rsp, 16: unknown.
+        for code in [
+            &[0x48, 0x89, 0xec][..],
+            &[0xc9],
+            &[0x5c],
+            &[0x48, 0x83, 0xe4, 0x10],
+        ] {
+            assert_eq!(rise(code), Some(1), "{code:x?}");
+        }
+    }
 }

@@ -412,6 +412,8 @@ unsafe impl Send for Op {}
 /// Where a tool's requests for one block are collected.
 pub struct Instrumenter {
     pub(crate) ops: Vec<Op>,
+    /// `disarm_if_unwound`'s state.
+    pub(crate) unwind_watch: Option<&'static calltrack::JumpState>,
     key: (u64, u64),
     /// Where the translation will go (cost arrays are placed near it).
     host: u64,
@@ -421,6 +423,7 @@ impl Instrumenter {
     pub(crate) fn new(start: u64, end: u64, host: u64) -> Self {
         Self {
             ops: Vec::new(),
+            unwind_watch: None,
             key: (start, end),
             host,
         }
@@ -551,6 +554,16 @@ impl Instrumenter {
             arg2,
             jump,
         });
+    }
+
+    /// Callgrind (clginline), for a block that ends plainly (its successor may take the short
+    /// form of the jump case): where the block may leave `rsp` above where it found it, after
+    /// its last write to `rsp`, disarms `state`'s expected key when `rsp` lies above the top
+    /// frame's sp. The short form then needs no unwind check of its own: `rsp <= top_sp` holds
+    /// at the start of every block an inline case enters, and a block that does not raise
+    /// `rsp` keeps it so for the next.
+    pub fn disarm_if_unwound(&mut self, state: &'static calltrack::JumpState) {
+        self.unwind_watch = Some(state);
     }
 
     /// For a `rep` string instruction `insn`: calls `helper(arg0, taken, addr)` (`addr` the

@@ -779,6 +779,7 @@ pub fn translate(
             }
         }
     }
+    plan.emit_block_end(&mut em.ops);
     match end {
         BlockEnd::FallThrough(next) => em.jmp_exit(ExitKind::Direct, next),
         BlockEnd::Control => {}

@@ -54,6 +54,7 @@ const GRAPH_FNS: &[&str] = &[
     "tail_inc",
     "tail_len",
     "tail2",
+    "popjmp",
 ];
 
 /// Profile summary: self Ir per function and (caller, callee) -> (calls, inclusive Ir), and

@@ -1207,6 +1207,10 @@ impl Tool for Callgrind {
         // SAFETY: a leaked BlockInfo, never freed.
         let bb: &'static BlockInfo = unsafe { &*info };
         let inline = self.runtime().is_some_and(|rt| rt.inline_jumps);
+        if inline && bb.plain_exit {
+            // The next block's short form leaves the unwind check to this one.
+            ins.disarm_if_unwound(runtime::jump());
+        }
         // The call case (`CallPlan`) where a fast-path call into the block could be made: no
         // trigger, toggle or skipped function. A function's entry block takes only
         // that case; other blocks (calls into functions without symbols) try it after the
