@@ -8,7 +8,10 @@
 //!
 //! # Invariants
 //! - Each case runs native, rgrind, valgrind in turn, N rounds, interleaved, so drift on a busy
-//!   machine hits all three alike; the reported time is the best of the N.
+//!   machine hits all three alike; the reported time is the best of the N. Native and rgrind
+//!   run once more before the rounds, untimed, so that no row pays for a cold start (rgrind's
+//!   symbol cache, its own pages); Valgrind has no such cache and runs long enough not to
+//!   need it.
 //! - Profile files (`--tool=cachegrind|callgrind`) go to a temporary folder that is removed at the
 //!   end; guests run with stdin, stdout and stderr on `/dev/null`.
 //!
@@ -348,6 +351,12 @@ fn measure(
         best: [None; 3],
         failed: [None; 3],
     };
+    // Untimed: the first run of a program under rgrind fills its symbol cache, and the first
+    // case of a run also pays for rgrind's own pages (matmul once measured 12.2x against
+    // 18.3x in the next run).
+    for cmd in commands.iter().take(2).flatten() {
+        timed(cmd, case.clear_env)?;
+    }
     for _ in 0..o.rounds {
         for (col, cmd) in commands.iter().enumerate() {
             let Some(cmd) = cmd else { continue };
