@@ -135,9 +135,13 @@ impl SlotCache {
     /// Set `set`'s row (`None` past the array: unreachable for `set <= set_mask`, as the
     /// array holds `sets` rows).
     fn row(&self, set: u64) -> Option<&[u64]> {
+        self.words.get(self.row_range(set))
+    }
+
+    /// Where set `set`'s row lies in the words.
+    fn row_range(&self, set: u64) -> core::ops::Range<usize> {
         let start = (set * self.row_words) as usize;
-        self.words
-            .get(start..start.wrapping_add(self.row_words as usize))
+        start..start.wrapping_add(self.row_words as usize)
     }
 
     /// The way holding `line` (`Ok`), or else the way a miss of it would fill now (`Err`);
@@ -153,12 +157,9 @@ impl SlotCache {
     /// allocation-free.
     #[inline]
     pub fn touch(&mut self, line: u64) -> Touched {
-        let start = ((line & self.set_mask) * self.row_words) as usize;
+        let row = self.row_range(line & self.set_mask);
         // No indexing or splitting that could panic: this runs on the fetch checks' slow path.
-        let Some([clock, _, slots @ ..]) = self
-            .words
-            .get_mut(start..start.wrapping_add(self.row_words as usize))
-        else {
+        let Some([clock, _, slots @ ..]) = self.words.get_mut(row) else {
             return Touched {
                 way: 0,
                 missed: true,

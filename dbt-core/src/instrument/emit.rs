@@ -286,14 +286,14 @@ impl Plan {
                 }
                 _ => false,
             });
-        let unwind_check = ins.unwind_watch.and_then(|st| {
-            let st = st as *const super::calltrack::JumpState as u64;
-            let low = st + size_of::<super::calltrack::JumpState>() as u64 <= 1 << 31;
-            let insns: Vec<&Instruction> = view.insns.iter().map(|v| v.insn).collect();
-            low.then(|| after_rsp_rise(&insns))
-                .flatten()
-                .map(|at| (at, st))
-        });
+        // Without a short form (the state out of 32-bit reach) no block needs the check.
+        let unwind_check = ins
+            .unwind_watch
+            .filter(|&st| below_2gib(st))
+            .and_then(|st| {
+                let at = after_rsp_rise(view.insns.iter().map(|v| v.insn))?;
+                Some((at, st as *const super::calltrack::JumpState as u64))
+            });
         Plan {
             ops: ins.ops,
             unwind_check,
@@ -495,22 +495,17 @@ impl Plan {
     /// The code after the block's last instruction, before a fall-through exit: the unwind
     /// check when that instruction writes `rsp` (`Instrumenter::disarm_if_unwound`).
     pub(crate) fn emit_block_end(&mut self, a: &mut Asm) {
-        if self
-            .unwind_check
-            .is_some_and(|(at, _)| at == self.facts.len())
-        {
-            // The flags count as live after every block.
-            self.disarm_if_unwound(a, false);
-        }
+        self.disarm_if_unwound(a, self.facts.len());
     }
 
+    /// Where the unwind check goes before instruction `i` (the block's length: at its end):
     /// `expect = u64::MAX` when `rsp > top_sp`. Held flags wait in `gs:[instr_flags]`
     /// already; live ones are saved around it.
-    fn disarm_if_unwound(&mut self, a: &mut Asm, flags_dead: bool) {
-        let Some((_, st)) = self.unwind_check else {
+    fn disarm_if_unwound(&mut self, a: &mut Asm, i: usize) {
+        let Some((_, st)) = self.unwind_check.filter(|&(at, _)| at == i) else {
             return;
         };
-        let save = !flags_dead && !self.stashed;
+        let save = self.live[i] && !self.stashed;
         if save {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
             save_flags(a);
@@ -635,9 +630,7 @@ impl Plan {
         if self.is_empty() {
             return Ok(());
         }
-        if self.unwind_check.is_some_and(|(at, _)| at == i) {
-            self.disarm_if_unwound(a, !self.live[i]);
-        }
+        self.disarm_if_unwound(a, i);
         if self.stashed && !self.may_hold_through(i) && !self.checks_take_held(i) {
             self.unstash(a, i);
         }
@@ -1689,14 +1682,11 @@ impl ShortForm {
     /// `None` when the state or the record lies above 2 GiB (the full form is the common
     /// way then).
     fn new(j: &super::calltrack::InlineJump, flags_dead: bool, dead: u16) -> Option<ShortForm> {
-        let st = j.state as *const super::calltrack::JumpState as u64;
-        let rec = j.rec as *const super::calltrack::InlineRec as u64;
-        let low = |base: u64, size: usize| base + size as u64 <= 1 << 31;
-        if !low(st, size_of::<super::calltrack::JumpState>())
-            || !low(rec, size_of::<super::calltrack::InlineRec>())
-        {
+        if !below_2gib(j.state) || !below_2gib(j.rec) {
             return None;
         }
+        let st = j.state as *const super::calltrack::JumpState as u64;
+        let rec = j.rec as *const super::calltrack::InlineRec as u64;
         let x = if !flags_dead {
             RAX
         } else {
@@ -2444,18 +2434,23 @@ fn loop_charge(a: &mut Asm, short: &ShortForm, j: &super::calltrack::InlineJump,
     short.restore(a);
 }
 
+/// Whether all of `*x` lies below 2 GiB, where code addresses it with a 32-bit displacement.
+fn below_2gib<T>(x: &T) -> bool {
+    x as *const T as u64 + size_of::<T>() as u64 <= 1 << 31
+}
+
 /// Where a block whose instructions are `insns` may leave `rsp` above where it found it: the
 /// index after its last write to `rsp` (from there on `rsp` is the one the block leaves
 /// with). `None` when every write is a known step and together they do not raise it: pushes
 /// and pops, `add`/`sub` of an immediate, `lea rsp, [rsp + d]`, `and` with a negative
 /// immediate (an alignment). Anything else (`mov rsp`, `leave`, `pop rsp`, `xchg`) may
 /// raise it.
-fn after_rsp_rise(insns: &[&Instruction]) -> Option<usize> {
+fn after_rsp_rise<'a>(insns: impl IntoIterator<Item = &'a Instruction>) -> Option<usize> {
     let mut info = InstructionInfoFactory::new();
     let mut rise = 0i64;
     let mut unknown = false;
     let mut last = None;
-    for (i, insn) in insns.iter().enumerate() {
+    for (i, insn) in insns.into_iter().enumerate() {
         if !writes_rsp(&mut info, insn) {
             continue;
         }
@@ -4540,7 +4535,7 @@ mod tests {
         let insns: Vec<Instruction> = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE)
             .into_iter()
             .collect();
-        after_rsp_rise(&insns.iter().collect::<Vec<_>>())
+        after_rsp_rise(&insns)
     }
 
     #[test]
