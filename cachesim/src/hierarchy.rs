@@ -160,20 +160,20 @@ impl Hierarchy {
     /// `Box::into_raw` so that the flat pointers and the `*mut Hierarchy` handed to the
     /// slow paths share one provenance.
     pub fn d1_flat_ptr_of(hierarchy: *const Hierarchy) -> *const FlatCache {
-        hierarchy
-            .cast::<u8>()
-            .wrapping_add(Self::D1_FLAT_OFFSET)
-            .cast::<FlatCache>()
+        Self::part_ptr(hierarchy.cast_mut(), Self::D1_FLAT_OFFSET)
+    }
+
+    /// The part at byte `offset` (one of the `*_OFFSET`s) of the hierarchy at `hierarchy`,
+    /// by pointer arithmetic only: no reference to the whole hierarchy is created.
+    pub(crate) fn part_ptr<T>(hierarchy: *mut Hierarchy, offset: usize) -> *mut T {
+        hierarchy.cast::<u8>().wrapping_add(offset).cast::<T>()
     }
 
     /// The I1 inside the hierarchy at `hierarchy`, by byte offset only (as
     /// [`Hierarchy::d1_flat_ptr_of`]): what [`crate::raw::slots_touch`] and
     /// [`crate::raw::slots_locate`] take.
     pub fn i1_ptr_of(hierarchy: *mut Hierarchy) -> *mut SlotCache {
-        hierarchy
-            .cast::<u8>()
-            .wrapping_add(Self::I1_OFFSET)
-            .cast::<SlotCache>()
+        Self::part_ptr(hierarchy, Self::I1_OFFSET)
     }
 
     /// An instruction fetch: one I1 access of the instruction's length (a zero length counts

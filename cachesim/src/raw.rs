@@ -420,10 +420,7 @@ pub unsafe fn d1_part(hierarchy: *mut Hierarchy, addr: u64, size: u64) -> bool {
     // SAFETY: (caller) live, and the D1, a `Cache` at its offset, is ours alone for the call.
     unsafe {
         let size = clamped_size(hierarchy, size);
-        let d1 = &mut *hierarchy
-            .cast::<u8>()
-            .add(Hierarchy::D1_OFFSET)
-            .cast::<Cache>();
+        let d1 = &mut *Hierarchy::part_ptr::<Cache>(hierarchy, Hierarchy::D1_OFFSET);
         d1.access(addr, size)
     }
 }
@@ -466,10 +463,7 @@ pub unsafe fn ll_part(hierarchy: *mut Hierarchy, addr: u64, size: u64) -> bool {
     // SAFETY: (caller) live, and the LL at its offset is ours alone for the call.
     unsafe {
         let size = clamped_size(hierarchy, size);
-        let ll = &mut *hierarchy
-            .cast::<u8>()
-            .add(Hierarchy::LL_OFFSET)
-            .cast::<LastLevel>();
+        let ll = &mut *Hierarchy::part_ptr::<LastLevel>(hierarchy, Hierarchy::LL_OFFSET);
         ll.access(addr, size)
     }
 }
@@ -481,12 +475,7 @@ pub unsafe fn ll_part(hierarchy: *mut Hierarchy, addr: u64, size: u64) -> bool {
 #[inline]
 unsafe fn clamped_size(hierarchy: *mut Hierarchy, size: u64) -> u64 {
     // SAFETY: (caller) live; `min_line_size` is never written after `new`.
-    let min_line = unsafe {
-        *hierarchy
-            .cast::<u8>()
-            .add(Hierarchy::MIN_LINE_OFFSET)
-            .cast::<u64>()
-    };
+    let min_line = unsafe { *Hierarchy::part_ptr::<u64>(hierarchy, Hierarchy::MIN_LINE_OFFSET) };
     size.max(1).min(min_line)
 }
 
