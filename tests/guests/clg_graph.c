@@ -3,7 +3,8 @@
  * collection toggled by a client request around `measured` when CLG_TOGGLE is defined, and
  * in `alternate` an indirect call site alternating between two callees, chains of returns,
  * PLT calls into libc and (with -O2) tail calls, also through a PLT stub (the fast and
- * inline call/return paths), and in `popjmp` a function that pops its own return address. */
+ * inline call/return paths), in `popjmp` a function that pops its own return address, and
+ * in `dispatch` an indirect call site with six callees. */
 #include <setjmp.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +65,30 @@ __asm__(".text\n.globl popjmp\n.type popjmp, @function\npopjmp:\n"
         "2:  ret\n"
         ".size popjmp, .-popjmp\n");
 
+/* dispatch runs a little interpreter loop: one indirect call site calls six functions in
+ * turn, more than the two a calling cost centre plans for (each callee's own call plan
+ * then carries the call inline, as in perl's op loop). Every seventh step runs a nested
+ * interpreter (dispatch'2): the same call site as another cost centre, whose calls must
+ * not take the plans the outer one made. */
+static volatile int three = 3;
+__attribute__((noinline)) long dispatch(int n, int nested);
+__attribute__((noinline)) long op_add(long x) { return x + 3; }
+__attribute__((noinline)) long op_mul(long x) { return x * 3; }
+__attribute__((noinline)) long op_xor(long x) { return x ^ 0x55; }
+__attribute__((noinline)) long op_shr(long x) { return x >> 1; }
+__attribute__((noinline)) long op_chain(long x) { return chain3(x) ^ three; }
+__attribute__((noinline)) long op_neg(long x) { return -x; }
+__attribute__((noinline)) long op_nest(long x) { return dispatch(7, 0) ^ x; }
+long dispatch(int n, int nested) {
+    static long (*const ops[6])(long) = {op_add, op_mul, op_xor, op_shr, op_chain, op_neg};
+    long x = 1;
+    for (int i = 0; i < n; i++) {
+        x = ops[(i * 5) % 6](x) & 0xffff;
+        if (nested && i % 7 == 3) x = op_nest(x) & 0xffff;
+    }
+    return x;
+}
+
 int main(void) {
     long f = fib(10);
     for (int i = 0; i < 8; i++) f += popjmp(20, i & 1);
@@ -82,6 +107,7 @@ int main(void) {
     CALLGRIND_TOGGLE_COLLECT;
 #endif
     long c = alternate();
-    printf("%ld %d %ld %ld %ld\n", f, got, a, b, c);
+    long d = dispatch(3000, 1);
+    printf("%ld %d %ld %ld %ld %ld\n", f, got, a, b, c, d);
     return 0;
 }

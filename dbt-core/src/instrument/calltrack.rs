@@ -277,7 +277,11 @@ pub struct InlineRec {
 ///
 /// A cost centre has two plans, one after the other (calls from one site into two callees in
 /// turn: an indirect call through a table or a virtual call); what is armed is the first's
-/// address, and the cases take the one that names their block.
+/// address, and the cases take the one that names their block. A callee block may have a
+/// plan of its own (`InlineJump::own_plan`) for calls from a site whose two plans name other
+/// callees (an interpreter's dispatch calls dozens of functions from one site): the call
+/// case takes it when its `armed_by` is the armed address. Stub plans are never a block's
+/// own.
 #[repr(C)]
 pub struct CallPlan {
     /// The callee block (`InlineJump::bb`; 0: no plan).
@@ -304,6 +308,9 @@ pub struct CallPlan {
     pub sink: AtomicU64,
     pub stub_count: AtomicU64,
     pub from_bbcc: AtomicU64,
+    /// A callee block's own plan: the calling cost centre's first plan address (what that
+    /// centre's blocks arm); 0 in a cost centre's plans and while unused.
+    pub armed_by: AtomicU64,
 }
 
 impl CallPlan {
@@ -331,6 +338,7 @@ impl CallPlan {
             sink: AtomicU64::new(0),
             stub_count: AtomicU64::new(0),
             from_bbcc: AtomicU64::new(0),
+            armed_by: AtomicU64::new(0),
         }
     }
 }
@@ -418,6 +426,9 @@ pub struct InlineJump {
     pub ret_case: bool,
     /// A skipped function's block: its inline path is the stub case (`CallPlan::stub`).
     pub stub: bool,
+    /// The block's own `CallPlan` (`*const`, 0: none), tried by its call case after the
+    /// calling cost centre's two.
+    pub own_plan: u64,
     /// Words of the tool's running cost in use (with `eager`, the return case adds that
     /// many to the arc's inclusive cost and the call case copies that many into a frame).
     pub cost_words: u32,

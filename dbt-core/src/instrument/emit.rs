@@ -1541,6 +1541,7 @@ struct PlanOffsets {
     sink: i32,
     stub_count: i32,
     from_bbcc: i32,
+    armed_by: i32,
 }
 
 /// The size of a `CallPlan`: a cost centre's second plan follows its first.
@@ -1571,6 +1572,7 @@ const PLAN_OFF: PlanOffsets = {
         sink: offset_of!(P, sink) as i32,
         stub_count: offset_of!(P, stub_count) as i32,
         from_bbcc: offset_of!(P, from_bbcc) as i32,
+        armed_by: offset_of!(P, armed_by) as i32,
     }
 };
 
@@ -2142,6 +2144,8 @@ fn inline_call(
         ; ja =>fail_here
         ; jmp >placed
         ; via_stub:
+        ; cmp QWORD [rax + p.stub], 0
+        ; je =>fail_here
         ; cmp rsp, QWORD [rdx + top]
         ; jne =>fail_here
         ; placed:
@@ -2638,7 +2642,23 @@ fn plan_checks(
         // The calling cost centre's second plan (`CallPlan`) lies right after its first.
         ; add rax, PLAN_BYTES
         ; cmp rcx, QWORD [rax + target]
-        ; jne =>fail
+    );
+    if j.own_plan != 0 && !j.stub {
+        // The block's own plan, when the armed cost centre made it.
+        dynasm!(a
+            ; .arch x64
+            ; je >named
+            ; sub rax, PLAN_BYTES
+            ; mov rcx, QWORD j.own_plan as i64
+            ; cmp rax, QWORD [rcx + p.armed_by]
+            ; jne =>fail
+            ; mov rax, rcx
+        );
+    } else {
+        dynasm!(a ; .arch x64 ; jne =>fail);
+    }
+    dynasm!(a
+        ; .arch x64
         ; named:
         ; cmp QWORD [rdx + base_neg], 0
         ; je =>fail

@@ -55,6 +55,15 @@ const GRAPH_FNS: &[&str] = &[
     "tail_len",
     "tail2",
     "popjmp",
+    "dispatch",
+    "dispatch'2",
+    "op_nest",
+    "op_add",
+    "op_mul",
+    "op_xor",
+    "op_shr",
+    "op_chain",
+    "op_neg",
 ];
 
 /// Profile summary: self Ir per function and (caller, callee) -> (calls, inclusive Ir), and

@@ -652,6 +652,7 @@ impl Callgrind {
             insn_rep: b.insns.iter().map(|v| v.rep).collect(),
             stat,
             jrec: dbt_core::tool::leak_low(dbt_core::tool::InlineRec::new()),
+            own_plan: std::cell::OnceCell::new(),
             cases_missing: std::cell::Cell::new(0),
             cases_wanted: std::cell::Cell::new(0),
         });
@@ -1256,6 +1257,14 @@ impl Tool for Callgrind {
                 call_case,
                 ret_case,
                 stub,
+                own_plan: if call_case && !stub {
+                    let own = bb
+                        .own_plan
+                        .get_or_init(|| dbt_core::tool::leak_low(dbt_core::tool::CallPlan::new()));
+                    *own as *const dbt_core::tool::CallPlan as u64
+                } else {
+                    0
+                },
                 cost_words: self.runtime().map_or(1, |rt| rt.n_cost as u32),
                 frame: runtime::frame_layout(),
                 eager: self.runtime().filter(|rt| rt.eager).map(|rt| {

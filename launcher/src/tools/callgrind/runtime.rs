@@ -180,6 +180,77 @@ pub struct InsnStat {
 
 type HashMap<K, V> = dbt_core::fast_hash::FastMap<K, V>;
 
+/// The arcs by (calling cost centre, called cost centre). Open addressing in plain integer
+/// code: the integer-only fast path looks arcs up here, and a `HashMap` probes its groups
+/// with vector registers.
+#[derive(Default)]
+struct ArcIndex {
+    /// `from << 32 | to`, or [`ArcIndex::FREE`]; a power of two long (or empty).
+    keys: Vec<u64>,
+    ids: Vec<u32>,
+    len: usize,
+}
+
+impl ArcIndex {
+    /// No key: cost-centre ids stay below `u32::MAX`.
+    const FREE: u64 = u64::MAX;
+
+    fn key(from: u32, to: u32) -> u64 {
+        (u64::from(from) << 32) | u64::from(to)
+    }
+
+    /// The first slot to probe for `key` (the table is not empty).
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        let bits = self.keys.len().trailing_zeros();
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - bits)) as usize
+    }
+
+    #[inline(always)]
+    fn get(&self, from: u32, to: u32) -> Option<u32> {
+        if self.keys.is_empty() {
+            return None;
+        }
+        let (key, mask) = (Self::key(from, to), self.keys.len() - 1);
+        let mut i = self.home(key);
+        loop {
+            match self.keys.get(i) {
+                Some(&k) if k == key => return self.ids.get(i).copied(),
+                Some(&k) if k != Self::FREE => i = (i + 1) & mask,
+                _ => return None,
+            }
+        }
+    }
+
+    /// Adds an arc that is not in the table yet.
+    fn insert(&mut self, from: u32, to: u32, id: u32) {
+        if (self.len + 1) * 2 > self.keys.len() {
+            let old = core::mem::take(&mut self.keys);
+            let old_ids = core::mem::take(&mut self.ids);
+            let n = (old.len() * 2).max(64);
+            self.keys = vec![Self::FREE; n];
+            self.ids = vec![0; n];
+            for (k, j) in old.into_iter().zip(old_ids) {
+                if k != Self::FREE {
+                    self.place(k, j);
+                }
+            }
+        }
+        self.place(Self::key(from, to), id);
+        self.len += 1;
+    }
+
+    fn place(&mut self, key: u64, id: u32) {
+        let mask = self.keys.len() - 1;
+        let mut i = self.home(key);
+        while self.keys[i] != Self::FREE {
+            i = (i + 1) & mask;
+        }
+        self.keys[i] = key;
+        self.ids[i] = id;
+    }
+}
+
 /// How a block ends, as Callgrind's jump kinds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Exit {
@@ -267,6 +338,9 @@ pub struct BlockInfo {
     /// with this block's object and section; never for a function entry); below 2 GiB when
     /// possible (`leak_low`), like [`jump`].
     pub jrec: &'static InlineRec,
+    /// The block's own call plan (`InlineJump::own_plan`), made when a translation of it
+    /// first has the call case.
+    pub own_plan: std::cell::OnceCell<&'static CallPlan>,
     /// Out-of-line inline cases ([`CASE_CALL`], [`CASE_RET`]) the block's translation lacks
     /// but could have, and those it was retranslated for (see [`BlockInfo::entered_from`]).
     pub cases_missing: Cell<u8>,
@@ -504,14 +578,26 @@ pub struct Bbcc {
 }
 
 impl Bbcc {
-    /// The plan a fast-path call from here into `bb` goes to: the one naming `bb`, else an
-    /// unused one, else the second (the first keeps the callee planned first).
-    fn plan_for(&self, bb: &BlockInfo) -> &CallPlan {
-        let first = self.plan[0].callee.load(Ordering::Relaxed);
-        if first == bb as *const BlockInfo as u64 || first == 0 {
-            &self.plan[0]
-        } else {
-            &self.plan[1]
+    /// The plan a fast-path call from here into `bb` goes to: the one of the two naming
+    /// `bb`, else an unused one, else `bb`'s own plan (`own`: for direct calls and tail
+    /// calls), now armed by this cost centre; without it the second plan (the first keeps
+    /// the callee planned first).
+    fn plan_for(&self, bb: &BlockInfo, own: bool) -> &CallPlan {
+        let r = Ordering::Relaxed;
+        let this = bb as *const BlockInfo as u64;
+        let free_or_named = |p: &CallPlan| {
+            let c = p.callee.load(r);
+            c == 0 || c == this
+        };
+        if free_or_named(&self.plan[0]) {
+            return &self.plan[0];
+        }
+        match bb.own_plan.get() {
+            Some(o) if own && !free_or_named(&self.plan[1]) => {
+                o.armed_by.store(self.plans(), r);
+                o
+            }
+            _ => &self.plan[1],
         }
     }
 
@@ -800,7 +886,7 @@ pub struct Runtime {
     /// Boxed: a frame keeps a pointer to its arc's inclusive cost (the inline return path).
     #[allow(clippy::vec_box)]
     pub jccs: Vec<Box<Jcc>>,
-    jcc_map: HashMap<(u32, u32), u32>,
+    jcc_index: ArcIndex,
     /// Boxed: the helper keeps a raw pointer to the running thread's state across pushes.
     #[allow(clippy::vec_box)]
     pub threads: Vec<Box<ThreadState>>,
@@ -844,7 +930,7 @@ impl Default for Runtime {
             bbccs: Vec::new(),
             bbcc_map: HashMap::default(),
             jccs: Vec::new(),
-            jcc_map: HashMap::default(),
+            jcc_index: ArcIndex::default(),
             threads: Vec::new(),
             bb_executions: 0,
             skip_direct_rec: false,
@@ -1055,7 +1141,7 @@ impl Runtime {
     }
 
     fn get_jcc(&mut self, from: u32, to: u32) -> u32 {
-        if let Some(&j) = self.jcc_map.get(&(from, to)) {
+        if let Some(j) = self.jcc_index.get(from, to) {
             return j;
         }
         let id = self.jccs.len() as u32;
@@ -1065,7 +1151,7 @@ impl Runtime {
             count: 0,
             incl: [0; RUN],
         }));
-        self.jcc_map.insert((from, to), id);
+        self.jcc_index.insert(from, to, id);
         id
     }
 
@@ -1542,7 +1628,7 @@ impl Runtime {
                 Some(jc) => &jc.count as *const u64 as u64,
                 None => return true,
             };
-            let Some(p) = self.bbccs.get(from as usize).map(|c| c.plan_for(bb)) else {
+            let Some(p) = self.bbccs.get(from as usize).map(|c| c.plan_for(bb, true)) else {
                 return true;
             };
             let r = Ordering::Relaxed;
@@ -1632,7 +1718,8 @@ impl Runtime {
         Some((a_old, a_new, idx))
     }
 
-    /// The arc `from -> to` if one of the caller's two cached last calls is it.
+    /// The arc `from -> to` if it exists: one of the caller's two cached last calls, else
+    /// found by hash (a call site with many callees, such as an interpreter's dispatch).
     #[inline(always)]
     fn cached_arc(&self, last_call: (u64, u64), from: u32, to: u32) -> Option<u32> {
         for lc in [last_call.0, last_call.1] {
@@ -1644,7 +1731,7 @@ impl Runtime {
                 };
             }
         }
-        None
+        self.jcc_index.get(from, to)
     }
 
     /// Pushes `f` on the function stack (as `push_cxt`); the caller checked its capacity.
@@ -2035,7 +2122,7 @@ impl Runtime {
                 return true;
             };
             let sink = core::ptr::addr_of_mut!(fc.skipped[R_IR]) as u64;
-            let p = fc.plan_for(bb);
+            let p = fc.plan_for(bb, !(via_stub || tail_stub));
             let r = Ordering::Relaxed;
             if via_stub || tail_stub {
                 // (A tail call's plan has `ret_addr` 0: the frame takes the key of the frame
@@ -3190,6 +3277,23 @@ impl Runtime {
 mod tests {
     use super::*;
 
+    #[test]
+    fn arc_index_finds_every_arc_across_growth() {
+        let mut index = ArcIndex::default();
+        assert_eq!(index.get(0, 0), None);
+        let arcs: Vec<(u32, u32)> = (0..5000u32)
+            .map(|i| (i % 97, i.wrapping_mul(7919)))
+            .collect();
+        for (id, &(from, to)) in arcs.iter().enumerate() {
+            index.insert(from, to, id as u32);
+        }
+        for (id, &(from, to)) in arcs.iter().enumerate() {
+            assert_eq!(index.get(from, to), Some(id as u32));
+        }
+        assert_eq!(index.get(97, 0), None);
+        assert!(index.keys.len().is_power_of_two() && index.keys.len() >= 2 * arcs.len());
+    }
+
     /// A leaked block of `n` two-byte instructions at `addr` in function 0.
     fn block(addr: u64, n: u64, jump: JumpExit, rep: Vec<(usize, *mut u64)>) -> &'static BlockInfo {
         Box::leak(Box::new(block_info(addr, n, jump, rep)))
@@ -3227,6 +3331,7 @@ mod tests {
             insn_rep: vec![RepKind::None; n as usize],
             stat: [n, 0, 0, 0, 0],
             jrec: dbt_core::tool::leak_low(InlineRec::new()),
+            own_plan: std::cell::OnceCell::new(),
             cases_missing: Cell::new(0),
             cases_wanted: Cell::new(0),
         }
