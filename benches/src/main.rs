@@ -278,6 +278,32 @@ fn cases(build_dir: &Path, set: CaseSet) -> Result<Vec<Case>, BenchError> {
     } else {
         println!("(no sqlite3: skipping the sqlite case)");
     }
+    // The last two workloads of ../shared/cases/perf.cases.
+    let libc = "/usr/lib/x86_64-linux-gnu/libc.so.6";
+    match find_in_path("bzip2") {
+        Some(bzip2) if Path::new(libc).exists() => v.push(case(
+            "bzip2",
+            vec![
+                bzip2.display().to_string(),
+                "-c".into(),
+                "-9".into(),
+                libc.into(),
+            ],
+        )),
+        _ => println!("(no bzip2 or {libc}: skipping the bzip2 case)"),
+    }
+    if let Some(perl) = find_in_path("perl") {
+        v.push(case(
+            "perl",
+            vec![
+                perl.display().to_string(),
+                "-e".into(),
+                "my %h; $h{$_ % 1000} += $_ for 1..2000000; print scalar(keys %h), qq(\n);".into(),
+            ],
+        ));
+    } else {
+        println!("(no perl: skipping the perl case)");
+    }
     Ok(v)
 }
 
