@@ -26,9 +26,8 @@
 //!   [`Fast`] summary, which `setup` (and every other change of thread state) refreshes, and
 //!   the block's cached cost centre. Cost centres are boxed so their counters never move.
 //!   It also covers a `ret` popping exactly one real call's frame and a real call whose
-//!   callee context, cost centre and arc are already cached (the caller's cost centre keeps
-//!   its last arc in [`Bbcc::last_call`]) and whose frame fits the shadow stacks' spare
-//!   capacity (the fast path never allocates).
+//!   callee context and cost centre are already cached, whose arc exists (`ArcIndex`) and
+//!   whose frame fits the shadow stacks' spare capacity (the fast path never allocates).
 //! * In Ir-only mode the jump case of `setup_fast` also runs inline in translated code
 //!   ([`jump`]): it accepts exactly the transitions `setup_fast` accepts there and makes the
 //!   same changes, kept as deltas and a last block that [`Runtime::inline_pull`] folds into
@@ -565,10 +564,6 @@ pub struct Bbcc {
     /// charged, for executions during which collection was toggled (a
     /// `CALLGRIND_TOGGLE_COLLECT` ending the block); see [`Runtime::finished`].
     pub adj: i64,
-    /// The last two call arcs from here: `(callee cost centre << 32) | arc` (`u64::MAX`:
-    /// none), most recent first, for the fast path of a real call (two: an indirect call
-    /// site often alternates between callees).
-    pub last_call: [u64; 2],
     /// The last jump arc from here, the same way (`--collect-jumps`).
     pub last_jump: u64,
     /// The inline call path's plans of the last fast-path calls from here into two callees
@@ -1132,7 +1127,6 @@ impl Runtime {
             skipped: [0; RUN],
             adj: 0,
             miss: vec![0; bb.n_insns as usize * self.miss_slots].into_boxed_slice(),
-            last_call: [u64::MAX; 2],
             last_jump: u64::MAX,
             plan: [CallPlan::new(), CallPlan::new()],
         }));
@@ -1342,11 +1336,6 @@ impl Runtime {
             }
             let depth = *a;
             self.jccs[j as usize].count += 1;
-            let arc = (u64::from(to) << 32) | u64::from(j);
-            let lc = &mut self.bbccs[from as usize].last_call;
-            if lc[0] != arc {
-                *lc = [arc, lc[0]];
-            }
             if depth == 1 {
                 let flags = self.bb_of(to).flags;
                 if flags.dump_before {
@@ -1500,8 +1489,8 @@ impl Runtime {
     /// The fast path for a block reached by a real call (the previous block ended in a
     /// `call`): the callee's context must be the caller's (direct recursion) or, with
     /// `--separate-callers=0`, the one-function context cached in the block's cost-centre
-    /// entry; the cost centre must be that entry, the arc the caller's cached last arc, and
-    /// both shadow stacks must have spare capacity. Skipped functions, trigger and toggle
+    /// entry; the cost centre must be that entry, the arc must exist (`ArcIndex`; a new arc
+    /// is `setup`'s), and both shadow stacks must have spare capacity. Skipped functions, trigger and toggle
     /// functions, `rep` extras, a skipped-function state and frames to unwind are left to
     /// `setup`. Everything is checked before anything changes.
     #[inline(always)]
@@ -1550,7 +1539,6 @@ impl Runtime {
         let Some(fbcc) = self.bbccs.get(from as usize) else {
             return false;
         };
-        let last_call = (fbcc.last_call[0], fbcc.last_call[1]);
         let Some(&from_fn) = self.cxts.get(fbcc.cxt as usize).and_then(|c| c.fns.first()) else {
             return false;
         };
@@ -1563,7 +1551,7 @@ impl Runtime {
         let bkey = bb.fast_key.get();
         // `fast_key` and `last` are set together: this is `get_bbcc(bb, new_cxt, idx)`.
         let to = bb.last.get().2;
-        let Some(j) = self.cached_arc(last_call, from, to) else {
+        let Some(j) = self.jcc_index.get(from, to) else {
             return false;
         };
         let (n, fsp) = (t.stack.len(), t.fn_stack.len());
@@ -1716,22 +1704,6 @@ impl Runtime {
         };
         let idx = level_index(recs, Some(a_new))?;
         Some((a_old, a_new, idx))
-    }
-
-    /// The arc `from -> to` if it exists: one of the caller's two cached last calls, else
-    /// found by hash (a call site with many callees, such as an interpreter's dispatch).
-    #[inline(always)]
-    fn cached_arc(&self, last_call: (u64, u64), from: u32, to: u32) -> Option<u32> {
-        for lc in [last_call.0, last_call.1] {
-            if (lc >> 32) as u32 == to {
-                let j = lc as u32;
-                return match self.jccs.get(j as usize) {
-                    Some(jc) if jc.from == from && jc.to == to => Some(j),
-                    _ => None,
-                };
-            }
-        }
-        self.jcc_index.get(from, to)
     }
 
     /// Pushes `f` on the function stack (as `push_cxt`); the caller checked its capacity.
@@ -1988,12 +1960,11 @@ impl Runtime {
         let Some(fbcc) = self.bbccs.get(from as usize) else {
             return false;
         };
-        let last_call = (fbcc.last_call[0], fbcc.last_call[1]);
         let (from_rec, from_th) = (fbcc.rec, fbcc.th);
         // SAFETY: cost centres point at leaked BlockInfo values.
         let fb = unsafe { &*fbcc.bb };
         let ret_addr = if fb.exit == Exit::Call { fb.end } else { 0 };
-        let Some(j) = self.cached_arc(last_call, from, to) else {
+        let Some(j) = self.jcc_index.get(from, to) else {
             return false;
         };
         let (n, fsp) = (t.stack.len(), t.fn_stack.len());
