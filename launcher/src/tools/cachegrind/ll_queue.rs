@@ -7,7 +7,11 @@
 //! LL sees exactly the sequence of accesses it would see synchronously (guest threads run
 //! one at a time under the run lock and share one ring), so every count is the same; only
 //! when an LL miss reaches its slot differs, and nothing reads those slots before
-//! [`drain`].
+//! [`drain`]. The consumer keeps its counts in a table of its own ([`Tally`]) and adds them
+//! to the slots whenever it has caught up: an LL-miss slot shares its host cache line with
+//! the L1-miss slot the guest thread bumps, and writing it on every LL miss moved that line
+//! between the two cores each time (stride's fill loop, an LL miss per L1 miss: 9% of its
+//! run time).
 //!
 //! Generated code writes entries itself (`dbt_core::tool::LlQueue`): the producer record
 //! holds the next entry's address and the end of the current segment, where
@@ -24,6 +28,9 @@
 //! * In a forked child the consumer thread does not exist (`CONSUMER_PID` is the parent's):
 //!   the producer works through the ring itself there. A fork is preceded by a [`drain`],
 //!   so the child's copy of the LL is never caught mid-update.
+//! * An entry's LL-miss slot is written only by the thread that simulates the entry, and
+//!   read only after [`drain`], which waits for `COUNTED` (`COUNTED <= CONSUMED`): the
+//!   consumer's [`Tally`] is empty whenever `COUNTED` equals what was published.
 //! * The producer side allocates nothing, takes no lock and touches no TLS: it runs in
 //!   translated code's helpers.
 use cachesim::Hierarchy;
@@ -64,8 +71,10 @@ static CONSUMER_PID: AtomicI32 = AtomicI32::new(0);
 static LAP: AtomicU64 = AtomicU64::new(0);
 /// Entries the consumer may read.
 static PUBLISHED: Line<AtomicU64> = Line(AtomicU64::new(0));
-/// Entries the consumer has done (their LL parts simulated and counted).
+/// Entries the consumer has done (their LL parts simulated, their slots free to reuse).
 static CONSUMED: Line<AtomicU64> = Line(AtomicU64::new(0));
+/// Entries whose LL misses are in their slots (the consumer's [`Tally`] added in).
+static COUNTED: Line<AtomicU64> = Line(AtomicU64::new(0));
 /// The consumer sleeps (`1`) on `WAKE` (a futex word bumped by each wake-up).
 static SLEEPING: Line<AtomicU32> = Line(AtomicU32::new(0));
 static WAKE: Line<AtomicU32> = Line(AtomicU32::new(0));
@@ -261,7 +270,7 @@ pub fn drain() {
         return;
     }
     publish(n);
-    while CONSUMED.0.load(Ordering::Acquire) < n {
+    while COUNTED.0.load(Ordering::Acquire) < n {
         pause();
     }
 }
@@ -278,10 +287,14 @@ fn consume_here(ring: *mut [u64; 2], n: u64) {
     let mut done = CONSUMED.0.load(Ordering::Relaxed);
     while done < n {
         // SAFETY: an entry written and not yet done; the LL is this thread's (no consumer).
-        unsafe { simulate(hier, *ring.add((done % ENTRIES) as usize)) };
+        if let Some(slot) = unsafe { simulate(hier, *ring.add((done % ENTRIES) as usize)) } {
+            // SAFETY: `push` or generated code stored a live slot; no consumer writes it.
+            unsafe { *slot += 1 };
+        }
         done += 1;
     }
     CONSUMED.0.store(done, Ordering::Release);
+    COUNTED.0.store(done, Ordering::Release);
     PUBLISHED.0.store(done, Ordering::Release);
 }
 
@@ -302,16 +315,62 @@ fn publish(n: u64) {
     }
 }
 
-/// One entry's LL part.
+/// One entry's LL part: its LL-miss slot if it missed.
 ///
 /// # Safety
-/// The LL is the calling thread's for the call; the entry's slot is live.
+/// The LL is the calling thread's for the call.
 #[inline]
-unsafe fn simulate(hier: *mut Hierarchy, [addr, slot_size]: [u64; 2]) {
+unsafe fn simulate(hier: *mut Hierarchy, [addr, slot_size]: [u64; 2]) -> Option<*mut u64> {
     // SAFETY: (caller) the LL is ours.
-    if unsafe { cachesim::raw::ll_part(hier, addr, slot_size & 0xff) } {
-        // SAFETY: (caller) `push` or generated code stored a live slot.
-        unsafe { *((slot_size >> 8) as *mut u64) += 1 };
+    unsafe { cachesim::raw::ll_part(hier, addr, slot_size & 0xff) }
+        .then_some((slot_size >> 8) as *mut u64)
+}
+
+/// The consumer's LL misses not yet added to their slots: a direct-mapped table of (slot,
+/// count), an entry added to its slot when another slot needs its place or at [`flush`].
+///
+/// [`flush`]: Tally::flush
+struct Tally {
+    entries: Box<[(u64, u64)]>,
+    /// The indices of the entries in use (never more than `entries.len()`: no reallocation).
+    used: Vec<usize>,
+}
+
+impl Tally {
+    const ENTRIES: usize = 4096;
+
+    fn new() -> Tally {
+        Tally {
+            entries: vec![(0, 0); Self::ENTRIES].into_boxed_slice(),
+            used: Vec::with_capacity(Self::ENTRIES),
+        }
+    }
+
+    /// # Safety
+    /// `slot` is a live cost-array slot that only the consumer writes while it runs.
+    unsafe fn count(&mut self, slot: *mut u64) {
+        let i = (slot as usize >> 3) & (Self::ENTRIES - 1);
+        let entry = &mut self.entries[i];
+        if entry.0 == slot as u64 {
+            entry.1 += 1;
+            return;
+        }
+        if entry.0 == 0 {
+            self.used.push(i);
+        } else {
+            // SAFETY: (`count`'s caller, when it was counted) a live slot, the consumer's.
+            unsafe { *(entry.0 as *mut u64) += entry.1 };
+        }
+        *entry = (slot as u64, 1);
+    }
+
+    /// Adds every count to its slot.
+    fn flush(&mut self) {
+        for i in self.used.drain(..) {
+            let (slot, n) = core::mem::take(&mut self.entries[i]);
+            // SAFETY: as in `count`.
+            unsafe { *(slot as *mut u64) += n };
+        }
     }
 }
 
@@ -323,6 +382,7 @@ fn pause() {
 }
 
 fn consume(ring: *mut [u64; 2], hier: *mut Hierarchy) {
+    let mut tally = Tally::new();
     CONSUMER_STARTED.store(true, Ordering::Release);
     let mut done = 0u64;
     loop {
@@ -334,13 +394,22 @@ fn consume(ring: *mut [u64; 2], hier: *mut Hierarchy) {
         while done < available {
             // SAFETY: a published entry not yet done; the LL is this thread's while entries
             // are outstanding (module invariants).
-            unsafe { simulate(hier, *ring.add((done % ENTRIES) as usize)) };
+            if let Some(slot) = unsafe { simulate(hier, *ring.add((done % ENTRIES) as usize)) } {
+                // SAFETY: `push` or generated code stored a live slot; LL-miss slots are
+                // written only by the consumer while it runs (module invariants).
+                unsafe { tally.count(slot) };
+            }
             done += 1;
             if done.is_multiple_of(SEGMENT) {
                 CONSUMED.0.store(done, Ordering::Release);
             }
         }
         CONSUMED.0.store(done, Ordering::Release);
+        // Caught up (as when `drain` waits): the counts go to their slots.
+        if PUBLISHED.0.load(Ordering::Acquire) == done {
+            tally.flush();
+            COUNTED.0.store(done, Ordering::Release);
+        }
     }
 }
 
