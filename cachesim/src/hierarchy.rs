@@ -71,9 +71,10 @@ pub struct HierarchyError {
 /// I1 + D1 + unified LL. Always boxed, so the I1 and the D1's flat part at
 /// [`Hierarchy::D1_FLAT_OFFSET`] keep their addresses for generated code (which reads and
 /// updates both itself: the D1's rows through [`Hierarchy::d1_flat_ptr_of`], the I1's slots
-/// through [`Hierarchy::i1_ptr_of`]; LL only through [`LastLevel::mru_tags_ptr`]). The I1 is kept as
-/// slots with stamps ([`SlotCache`]), whose lines stay where they are until evicted, the D1
-/// as rows in recency order ([`Cache`]); both give Cachegrind's hits and misses.
+/// through [`Hierarchy::i1_ptr_of`]; LL only through [`LastLevel::mru_tags_ptr`]). The I1
+/// is kept as slots with stamps ([`SlotCache`]), whose lines stay where they are until
+/// evicted, the D1 as rows in recency order ([`Cache`]); both give Cachegrind's hits and
+/// misses.
 #[repr(C)]
 #[derive(Clone, Debug)]
 pub struct Hierarchy {

@@ -3942,8 +3942,8 @@ fn enter_shared_scan(a: &mut Asm, arg0: u64, routine: u64) {
 }
 
 /// The L1 lookup of a data line past ways 0 to 2, which its caller tests first
-/// (`data_way1`; rax = the line, rcx = its row), and on a miss the LL part (`after_miss`), ending at
-/// `done` (the helper returns there through `gs:[HRET]`). In a shared routine
+/// (`data_way1`; rax = the line, rcx = its row), and on a miss the LL part (`after_miss`),
+/// ending at `done` (the helper returns there through `gs:[HRET]`). In a shared routine
 /// (`in_routine`) the helper's `arg0` is the caller's, in `gs:[ARG0]`, and `done` is the
 /// routine's `ret`.
 fn scan_and_miss(

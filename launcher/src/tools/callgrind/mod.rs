@@ -29,9 +29,10 @@
 //!
 //! With `--cache-sim=yes` / `--branch-sim=yes` the block also gets the inline cache checks
 //! (I1 per line, D1 per access) and branch-predictor calls cachegrind uses; their
-//! out-of-line helpers (`clg_ll`, `clg_data`, `clg_cond`, `clg_ind`, integer-only) add misses and mispredicts to the current cost centre through
-//! [`runtime::add_miss`]. Ir, Dr, Dw, Bc and Bi are derived from execution counts. All
-//! options combine: cost centres are partitioned by thread slot and carry every event.
+//! out-of-line helpers (`clg_ll`, `clg_data`, `clg_cond`, `clg_ind`, integer-only) add
+//! misses and mispredicts to the current cost centre through [`runtime::add_miss`]. Ir, Dr,
+//! Dw, Bc and Bi are derived from execution counts. All options combine: cost centres are
+//! partitioned by thread slot and carry every event.
 //!
 //! `--collect-systime` times each system call between the core's `pre_syscall` and
 //! `post_syscall` hooks and charges it with [`Runtime::charge_syscall`].

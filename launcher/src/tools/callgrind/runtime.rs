@@ -1490,9 +1490,9 @@ impl Runtime {
     /// `call`): the callee's context must be the caller's (direct recursion) or, with
     /// `--separate-callers=0`, the one-function context cached in the block's cost-centre
     /// entry; the cost centre must be that entry, the arc must exist (`ArcIndex`; a new arc
-    /// is `setup`'s), and both shadow stacks must have spare capacity. Skipped functions, trigger and toggle
-    /// functions, `rep` extras, a skipped-function state and frames to unwind are left to
-    /// `setup`. Everything is checked before anything changes.
+    /// is `setup`'s), and both shadow stacks must have spare capacity. Skipped functions,
+    /// trigger and toggle functions, `rep` extras, a skipped-function state and frames to
+    /// unwind are left to `setup`. Everything is checked before anything changes.
     #[inline(always)]
     fn setup_fast_call(
         &mut self,
