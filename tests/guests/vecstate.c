@@ -21,7 +21,7 @@ __attribute__((target("avx2"), noinline)) static uint64_t ymm_upper(void) {
  * restore such a state without marking the upper halves in use, and must still restore xmm2. */
 __attribute__((target("avx2"), noinline)) static uint64_t xmm_clean_upper(void) {
     uint64_t out[4], x = 3;
-    __asm__ volatile("vzeroupper\n\tvpcmpeqd %%xmm2, %%xmm2, %%xmm2" ::: "xmm0", "xmm1", "xmm2", "xmm3");
+    __asm__ volatile("vzeroupper\n\tvpcmpeqd %%xmm2, %%xmm2, %%xmm2" ::: "xmm2");
     for (int i = 0; i < 2000; i++) {
         x = step(x);
         if (x & 4) x ^= 0x77; else x += 9;
