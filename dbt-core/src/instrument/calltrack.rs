@@ -408,6 +408,10 @@ pub struct InlineJump {
     pub rec: &'static InlineRec,
     pub bb: u64,
     pub ir: u32,
+    /// Ends plainly (no call, `ret` or `rep`) and is no tail call: the state keeps the
+    /// expected key for the next block. Every way into a block that leaves a key in the
+    /// state leaves `JumpState::exit` at `EXIT_OTHER`, so a block the jump case enters
+    /// finds it so (see `enter_inline`).
     pub ends_plain: bool,
     pub addr: u64,
     pub ends_ret: bool,

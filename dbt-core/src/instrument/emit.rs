@@ -1646,7 +1646,7 @@ fn inline_jump(
         ; cmp rsp, QWORD [rdx + top]
         ; ja =>fail_here
     );
-    enter_inline(a, j, Bases::REGS);
+    enter_inline(a, j, Bases::REGS, true);
     if !j.ends_plain {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
@@ -1754,7 +1754,7 @@ impl ShortForm {
             rec: Base::Abs(self.r(e)),
             x: self.x,
         };
-        enter_inline(a, j, b);
+        enter_inline(a, j, b, true);
         if !j.ends_plain {
             store_imm(a, b.st, o.expect, -1);
         }
@@ -1908,12 +1908,12 @@ fn inline_ret(
             ; gs mov rbx, QWORD [IS3]
             ; mov rax, QWORD rec
         );
-        enter_inline(a, j, Bases::REGS);
+        enter_inline(a, j, Bases::REGS, false);
     } else {
         dynasm!(a ; .arch x64 ; =>after_charge);
         add_incl_lazy(a, j, RAX);
         dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
-        enter_inline(a, j, Bases::REGS);
+        enter_inline(a, j, Bases::REGS, false);
     }
     // The callee's activation count and the function stack as before the call.
     dynasm!(a ; .arch x64 ; mov rax, QWORD [rdx + frame]);
@@ -2381,6 +2381,7 @@ fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump) {
         j,
         (p.callee_count, p.callee_miss, p.callee_plan),
         Bases::REGS,
+        false,
     );
     if j.eager.is_some() {
         // The miss helpers count into the callee's array again (after the stub case's sink).
@@ -3136,7 +3137,11 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
 /// The part of the jump and return cases (the state and the block's record at `b`, `b.x`
 /// free, the flags saved or dead): charge the previous block lazily (its counter, the
 /// running Ir), count one block, and enter this one with the record's cost centre.
-fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, b: Bases) {
+/// `after_plain`: the jump case, taken only when the state held the previous block's key,
+/// so that block ended plainly and `exit` already reads `EXIT_OTHER`
+/// (`InlineJump::ends_plain`); a block that ends plainly too leaves it as it is, one store
+/// less at most block starts.
+fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, b: Bases, after_plain: bool) {
     let JumpOffsets {
         bbs,
         rcount,
@@ -3148,7 +3153,7 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, b: Bases) {
         count_previous(a, b);
     }
     inc_mem(a, b.st, bbs);
-    enter_block(a, j, (rcount, rmiss, rplan), b);
+    enter_block(a, j, (rcount, rmiss, rplan), b, after_plain);
 }
 
 /// Makes this block the last one (the state at `b.st`, the record or plan holding its cost
@@ -3163,6 +3168,7 @@ fn enter_block(
     j: &super::calltrack::InlineJump,
     (count, miss, plan): (i32, i32, i32),
     b: Bases,
+    after_plain: bool,
 ) {
     let JumpOffsets {
         lcount,
@@ -3187,7 +3193,9 @@ fn enter_block(
             }
         }
     }
-    note_exit(a, j, plan, b);
+    if !(after_plain && j.ends_plain) {
+        note_exit(a, j, plan, b);
+    }
 }
 
 /// The first thing a data check's out-of-line part with `near_rows` does (the flags free,

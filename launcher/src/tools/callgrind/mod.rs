@@ -1250,7 +1250,7 @@ impl Tool for Callgrind {
                 rec: bb.jrec,
                 bb: info as u64,
                 ir: bb.n_insns as u32,
-                ends_plain: bb.plain_exit,
+                ends_plain: bb.arms_jump_key(),
                 addr: bb.addr,
                 ends_ret: bb.plain_ret(),
                 ends_call: (bb.exit == Exit::Call && bb.rep.is_empty()) || bb.tail_jump,

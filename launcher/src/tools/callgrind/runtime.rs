@@ -359,6 +359,15 @@ impl BlockInfo {
         self.exit == Exit::Return && self.rep.is_empty()
     }
 
+    /// Ends plainly and is no tail call: the next block's inline jump case may take the
+    /// transition (the state keeps the expected key). A tail call arms its plan instead,
+    /// so the key is kept only where `JumpState::exit` reads `EXIT_OTHER`, which the inline
+    /// jump case relies on (it leaves `exit` as it is when its own block ends so too).
+    #[inline(always)]
+    pub fn arms_jump_key(&self) -> bool {
+        self.plain_exit && !self.tail_jump
+    }
+
     /// The block is being entered from `from` through Rust: a call or return into it that
     /// an inline case its translation lacks would have taken asks for it to be translated
     /// again with that case (blocks get those cases only where calls and returns were seen
@@ -486,7 +495,9 @@ fn plan_call(
     p.ret_key.store(ret_key, r);
     p.callee_count.store(bb.fast_count.get() as u64, r);
     p.callee_plan.store(callee_plan, r);
-    let expect = inline_key(callee_key, bb.obj, bb.sect).unwrap_or(u64::MAX);
+    let expect = inline_key(callee_key, bb.obj, bb.sect)
+        .filter(|_| bb.arms_jump_key())
+        .unwrap_or(u64::MAX);
     p.callee_expect.store(expect, r);
     p.drop.store(drop, r);
 }
@@ -2511,7 +2522,7 @@ impl Runtime {
         if !f.last_bb.is_null() && t.collect && top_ok && sim_ok {
             // SAFETY: a leaked BlockInfo.
             let lbb = unsafe { &*f.last_bb };
-            if lbb.plain_exit {
+            if lbb.arms_jump_key() {
                 expect = inline_key(f.key, lbb.obj, lbb.sect);
             }
         }
