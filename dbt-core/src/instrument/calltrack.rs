@@ -166,8 +166,6 @@ pub struct JumpState {
     pub fn_end: AtomicU64,
     /// The last frame slot the shadow stack's capacity holds.
     pub stack_last: AtomicU64,
-    /// Set to 1 by the call and return cases (the tool reads the stacks back only then).
-    pub stack_moved: AtomicU64,
     /// The skipped-function state (`u64::MAX`: none): the calling cost centre while a PLT
     /// stub entered by the stub case runs (see `CallPlan::stub`).
     pub nonskipped: AtomicU64,
@@ -216,7 +214,6 @@ impl JumpState {
             fn_top: AtomicU64::new(0),
             fn_end: AtomicU64::new(0),
             stack_last: AtomicU64::new(0),
-            stack_moved: AtomicU64::new(0),
             nonskipped: AtomicU64::new(u64::MAX),
             cur_miss: AtomicU64::new(0),
             cur_stride: AtomicU64::new(0),

@@ -1509,7 +1509,6 @@ struct JumpOffsets {
     fn_top: i32,
     fn_end: i32,
     stack_last: i32,
-    stack_moved: i32,
     nonskipped: i32,
     negk: i32,
     rcount: i32,
@@ -1598,7 +1597,6 @@ const JUMP_OFF: JumpOffsets = {
         fn_top: offset_of!(S, fn_top) as i32,
         fn_end: offset_of!(S, fn_end) as i32,
         stack_last: offset_of!(S, stack_last) as i32,
-        stack_moved: offset_of!(S, stack_moved) as i32,
         nonskipped: offset_of!(S, nonskipped) as i32,
         negk: offset_of!(R, neg_key) as i32,
         rcount: offset_of!(R, count) as i32,
@@ -1852,7 +1850,6 @@ fn inline_ret(
         negk,
         fn_base,
         fn_top,
-        stack_moved,
         ..
     } = JUMP_OFF;
     let fl = j.frame;
@@ -1925,7 +1922,6 @@ fn inline_ret(
         ; shl rcx, 2
         ; add rcx, QWORD [rdx + fn_base]
         ; mov QWORD [rdx + fn_top], rcx
-        ; mov QWORD [rdx + stack_moved], 1
         // The blocks that follow: the frame's key and next_sp.
         ; mov rcx, QWORD [rax + fl.next_sp]
         ; mov QWORD [rdx + top], rcx
@@ -2366,7 +2362,11 @@ fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump) {
     let p = PLAN_OFF;
     dynasm!(a
         ; .arch x64
+        // Stored only after the stub case: a store costs more than the test.
+        ; cmp QWORD [rdx + nonskipped], -1
+        ; je >ended
         ; mov QWORD [rdx + nonskipped], -1
+        ; ended:
         ; cmp QWORD [rax + p.push_fn], 0
         ; je >pushed
         ; mov rcx, QWORD [rdx + fn_top]
@@ -2709,7 +2709,6 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
         run_ir,
         fn_base,
         fn_top,
-        stack_moved,
         ..
     } = JUMP_OFF;
     let fl = j.frame;
@@ -2737,7 +2736,6 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ; mov QWORD [rsi + fl.fn_sp], rcx
         ; mov QWORD [rdx + frame], rsi
         ; mov QWORD [rdx + top], rsp
-        ; mov QWORD [rdx + stack_moved], 1
     );
 }
 

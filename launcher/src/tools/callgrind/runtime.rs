@@ -2468,11 +2468,16 @@ impl Runtime {
             core::ptr::write_volatile(core::ptr::addr_of_mut!(t.fast.last_count), count);
             core::ptr::write_volatile(core::ptr::addr_of_mut!(t.last_bbcc), Some(last));
         }
-        if js.stack_moved.load(Ordering::Relaxed) == 0 {
+        // Armed, the call and return cases may have run (they keep no flag: a store less
+        // per call and return). Where none did, what follows reads back what the thread
+        // has: the lengths `inline_push` gave, the skipped state none (it arms the cases
+        // only then), and the context of the last cost centre, which a jump case entered
+        // under the expected key, that is, in the thread's context.
+        let base_neg = js.stack_base_neg.load(Ordering::Relaxed);
+        if base_neg == 0 {
             return;
         }
-        js.stack_moved.store(0, Ordering::Relaxed);
-        let base = js.stack_base_neg.load(Ordering::Relaxed).wrapping_neg();
+        let base = base_neg.wrapping_neg();
         let frame = js.ret_frame.load(Ordering::Relaxed);
         let depth = if frame == EMPTY_FRAME.as_ptr() as u64 {
             0
