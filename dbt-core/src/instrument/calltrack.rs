@@ -289,10 +289,15 @@ pub struct CallPlan {
     pub span: AtomicU64,
     pub inc: AtomicU64,
     pub push_fn: AtomicU64,
-    pub arc: AtomicU64,
+    /// The arc's id and the caller's context (`u32`s, the context in the high half): the
+    /// frame's first two fields, as one word (`FrameLayout::arc`).
+    pub arc_cxt: AtomicU64,
     pub arc_count: AtomicU64,
     pub arc_incl: AtomicU64,
     pub caller_cxt: AtomicU64,
+    /// `to_fn << 32`: with the skipped state in the low half, the frame's next two fields
+    /// as one word (`FrameLayout::nonskipped`).
+    pub to_fn_hi: AtomicU64,
     pub ret_key: AtomicU64,
     pub callee_count: AtomicU64,
     /// With eager charging: the callee cost centre's miss array (`JumpState::cur_miss`).
@@ -321,10 +326,11 @@ impl CallPlan {
             span: AtomicU64::new(0),
             inc: AtomicU64::new(0),
             push_fn: AtomicU64::new(0),
-            arc: AtomicU64::new(0),
+            arc_cxt: AtomicU64::new(0),
             arc_count: AtomicU64::new(0),
             arc_incl: AtomicU64::new(0),
             caller_cxt: AtomicU64::new(0),
+            to_fn_hi: AtomicU64::new(0),
             ret_key: AtomicU64::new(u64::MAX),
             callee_count: AtomicU64::new(0),
             callee_miss: AtomicU64::new(0),
@@ -457,7 +463,9 @@ pub struct FrameLayout {
     /// Running Ir when the frame was entered.
     pub enter_ir: i32,
     /// `u32` fields: the arc, the caller's context, the skipped-function state (`u32::MAX`:
-    /// none), the callee function and its activation count before the call.
+    /// none), the callee function and its activation count before the call. The context
+    /// must follow the arc, and the function the skipped state, each pair in one aligned
+    /// `u64` (the call case writes each pair with one store, see `CallPlan::arc_cxt`).
     pub arc: i32,
     pub cxt: i32,
     pub nonskipped: i32,

@@ -1526,10 +1526,11 @@ struct PlanOffsets {
     span: i32,
     inc: i32,
     push_fn: i32,
-    arc: i32,
+    arc_cxt: i32,
     arc_count: i32,
     arc_incl: i32,
     caller_cxt: i32,
+    to_fn_hi: i32,
     ret_key: i32,
     callee_count: i32,
     callee_miss: i32,
@@ -1557,10 +1558,11 @@ const PLAN_OFF: PlanOffsets = {
         span: offset_of!(P, span) as i32,
         inc: offset_of!(P, inc) as i32,
         push_fn: offset_of!(P, push_fn) as i32,
-        arc: offset_of!(P, arc) as i32,
+        arc_cxt: offset_of!(P, arc_cxt) as i32,
         arc_count: offset_of!(P, arc_count) as i32,
         arc_incl: offset_of!(P, arc_incl) as i32,
         caller_cxt: offset_of!(P, caller_cxt) as i32,
+        to_fn_hi: offset_of!(P, to_fn_hi) as i32,
         ret_key: offset_of!(P, ret_key) as i32,
         callee_count: offset_of!(P, callee_count) as i32,
         callee_miss: offset_of!(P, callee_miss) as i32,
@@ -2335,16 +2337,15 @@ fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ; mov DWORD [rsi + fl.active], ecx
         ; mov ecx, DWORD [rax + p.inc]
         ; add DWORD [rbx], ecx
-        ; mov rcx, QWORD [rax + p.to_fn]
-        ; mov DWORD [rsi + fl.to_fn], ecx
         ; mov rcx, QWORD [rax + p.arc_count]
         ; inc QWORD [rcx]
-        ; mov rcx, QWORD [rax + p.arc]
-        ; mov DWORD [rsi + fl.arc], ecx
-        ; mov rcx, QWORD [rax + p.caller_cxt]
-        ; mov DWORD [rsi + fl.cxt], ecx
-        ; mov rcx, QWORD [rdx + nonskipped]
-        ; mov DWORD [rsi + fl.nonskipped], ecx
+        // Two `u32` fields a store (`FrameLayout::arc`): the arc and the caller's context,
+        // then the skipped state and the callee function.
+        ; mov rcx, QWORD [rax + p.arc_cxt]
+        ; mov QWORD [rsi + fl.arc], rcx
+        ; mov ecx, DWORD [rdx + nonskipped]
+        ; or rcx, QWORD [rax + p.to_fn_hi]
+        ; mov QWORD [rsi + fl.nonskipped], rcx
         ; mov rcx, QWORD [rax + p.arc_incl]
         ; mov QWORD [rsi + fl.incl], rcx
         ; mov rcx, QWORD [rax + p.drop]

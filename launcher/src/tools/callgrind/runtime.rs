@@ -488,10 +488,11 @@ fn plan_call(
     p.span.store(u64::from(hi - lo), r);
     p.inc.store(u64::from(inc), r);
     p.push_fn.store(u64::from(push_fn), r);
-    p.arc.store(u64::from(arc), r);
+    p.arc_cxt.store(u64::from(arc) | caller_cxt << 32, r);
     p.arc_count.store(arc_count, r);
     p.arc_incl.store(arc_incl, r);
     p.caller_cxt.store(caller_cxt, r);
+    p.to_fn_hi.store(u64::from(to_fn) << 32, r);
     p.ret_key.store(ret_key, r);
     p.callee_count.store(bb.fast_count.get() as u64, r);
     p.callee_plan.store(callee_plan, r);
@@ -850,6 +851,19 @@ static EMPTY_FRAME: [u64; 64] = [u64::MAX; 64];
 const _: () = assert!(core::mem::size_of::<Entry>() <= core::mem::size_of::<[u64; 64]>());
 const _: () = assert!(core::mem::offset_of!(Bbcc, count) == 0);
 const _: () = assert!(core::mem::offset_of!(Bbcc, ir) == 8);
+
+// The inline call case writes the arc and the context, and the skipped state and the
+// callee function, as one aligned word each (`FrameLayout::arc`).
+const _: () = {
+    use core::mem::offset_of;
+    assert!(
+        offset_of!(Entry, jcc) % 8 == 0 && offset_of!(Entry, cxt) == offset_of!(Entry, jcc) + 4
+    );
+    assert!(
+        offset_of!(Entry, nonskipped) % 8 == 0
+            && offset_of!(Entry, plan_to_fn) == offset_of!(Entry, nonskipped) + 4
+    );
+};
 
 /// Where the inline return path reads a frame's fields.
 pub fn frame_layout() -> dbt_core::tool::FrameLayout {
