@@ -304,7 +304,9 @@ pub struct CallPlan {
     pub callee_miss: AtomicU64,
     pub callee_plan: AtomicU64,
     pub callee_expect: AtomicU64,
-    pub drop: AtomicU64,
+    /// The frame's `drop` shifted into the high half: with the activation count in the low
+    /// half, one word (`FrameLayout::active`).
+    pub drop_hi: AtomicU64,
     /// The stub block (0: a direct call).
     pub stub: AtomicU64,
     pub sink: AtomicU64,
@@ -336,7 +338,7 @@ impl CallPlan {
             callee_miss: AtomicU64::new(0),
             callee_plan: AtomicU64::new(0),
             callee_expect: AtomicU64::new(u64::MAX),
-            drop: AtomicU64::new(0),
+            drop_hi: AtomicU64::new(0),
             stub: AtomicU64::new(0),
             sink: AtomicU64::new(0),
             stub_count: AtomicU64::new(0),
@@ -473,7 +475,8 @@ pub struct FrameLayout {
     pub active: i32,
     /// The function stack's depth at the call (`u64`).
     pub fn_sp: i32,
-    /// The bytes the return case pops (`u64`: one frame, or a stub call's two).
+    /// The bytes the return case pops (`u32`, after `active` in one aligned `u64`: one
+    /// frame, or a stub call's two).
     pub drop: i32,
     /// A frame no block matches (its return address and key are `u64::MAX`), made the top
     /// one when the bottom frame is popped.

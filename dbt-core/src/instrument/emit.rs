@@ -1536,7 +1536,7 @@ struct PlanOffsets {
     callee_miss: i32,
     callee_plan: i32,
     callee_expect: i32,
-    drop: i32,
+    drop_hi: i32,
     stub: i32,
     sink: i32,
     stub_count: i32,
@@ -1568,7 +1568,7 @@ const PLAN_OFF: PlanOffsets = {
         callee_miss: offset_of!(P, callee_miss) as i32,
         callee_plan: offset_of!(P, callee_plan) as i32,
         callee_expect: offset_of!(P, callee_expect) as i32,
-        drop: offset_of!(P, drop) as i32,
+        drop_hi: offset_of!(P, drop_hi) as i32,
         stub: offset_of!(P, stub) as i32,
         sink: offset_of!(P, sink) as i32,
         stub_count: offset_of!(P, stub_count) as i32,
@@ -1937,7 +1937,8 @@ fn inline_ret(
         ; .arch x64
         // The frame `drop` bytes below becomes the top one; below the bottom frame, the
         // empty frame.
-        ; sub rax, QWORD [rax + fl.drop]
+        ; mov ecx, DWORD [rax + fl.drop]
+        ; sub rax, rcx
         ; mov rcx, QWORD [rdx + base_neg]
         ; add rcx, rax
         ; cmp rcx, -fl.size
@@ -2043,7 +2044,8 @@ fn inline_ret_tail(
         ; jne =>fail_r
         ; =>walk
         // The frame below (past a tail call's stub frame too), which must exist.
-        ; sub rax, QWORD [rax + fl.drop]
+        ; mov ecx, DWORD [rax + fl.drop]
+        ; sub rax, rcx
         ; mov rcx, QWORD [rdx + base_neg]
         ; add rcx, rax
         ; js =>fail_r
@@ -2075,7 +2077,8 @@ fn inline_ret_tail(
     restore_active(a, j, RBX);
     dynasm!(a
         ; .arch x64
-        ; sub rbx, QWORD [rbx + fl.drop]
+        ; mov ecx, DWORD [rbx + fl.drop]
+        ; sub rbx, rcx
         ; cmp QWORD [rbx + fl.ret_addr], 0
         ; je =>pop
         ; mov QWORD [rdx + frame], rbx
@@ -2333,8 +2336,10 @@ fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump) {
     dynasm!(a
         ; .arch x64
         ; inc QWORD [rdx + bbs]
+        // The activation count before the call, with the bytes its return pops.
         ; mov ecx, DWORD [rbx]
-        ; mov DWORD [rsi + fl.active], ecx
+        ; or rcx, QWORD [rax + p.drop_hi]
+        ; mov QWORD [rsi + fl.active], rcx
         ; mov ecx, DWORD [rax + p.inc]
         ; add DWORD [rbx], ecx
         ; mov rcx, QWORD [rax + p.arc_count]
@@ -2348,8 +2353,6 @@ fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ; mov QWORD [rsi + fl.nonskipped], rcx
         ; mov rcx, QWORD [rax + p.arc_incl]
         ; mov QWORD [rsi + fl.incl], rcx
-        ; mov rcx, QWORD [rax + p.drop]
-        ; mov QWORD [rsi + fl.drop], rcx
     );
 }
 

@@ -500,7 +500,7 @@ fn plan_call(
         .filter(|_| bb.arms_jump_key())
         .unwrap_or(u64::MAX);
     p.callee_expect.store(expect, r);
-    p.drop.store(drop, r);
+    p.drop_hi.store(drop << 32, r);
 }
 
 /// The key of a (context, recursion level, thread partition) triple in
@@ -718,6 +718,9 @@ struct Entry {
     /// path): the callee function and its activation count once popped.
     plan_to_fn: u32,
     plan_active: u32,
+    /// The bytes the inline return path pops: this frame, or with a stub call's frame below
+    /// (after the activation count: the call case writes both with one store).
+    plan_drop: u32,
     sp: u64,
     ret_addr: u64,
     fn_sp: usize,
@@ -726,8 +729,6 @@ struct Entry {
     /// The arc's inclusive Ir (`*mut u64`) and `top_sp` once this frame is popped.
     plan_incl: u64,
     plan_next_sp: u64,
-    /// The bytes the inline return path pops: this frame, or with a stub call's frame below.
-    plan_drop: u64,
     /// The running cost at entry: the words paths that push and pop frames carry (the
     /// system-call words go straight to the arcs, [`Runtime::charge_syscall`]).
     enter_cost: [u64; R_SYS],
@@ -852,8 +853,9 @@ const _: () = assert!(core::mem::size_of::<Entry>() <= core::mem::size_of::<[u64
 const _: () = assert!(core::mem::offset_of!(Bbcc, count) == 0);
 const _: () = assert!(core::mem::offset_of!(Bbcc, ir) == 8);
 
-// The inline call case writes the arc and the context, and the skipped state and the
-// callee function, as one aligned word each (`FrameLayout::arc`).
+// The inline call case writes the arc and the context, the skipped state and the callee
+// function, and the activation count and the drop, as one aligned word each
+// (`FrameLayout::arc`).
 const _: () = {
     use core::mem::offset_of;
     assert!(
@@ -862,6 +864,10 @@ const _: () = {
     assert!(
         offset_of!(Entry, nonskipped) % 8 == 0
             && offset_of!(Entry, plan_to_fn) == offset_of!(Entry, nonskipped) + 4
+    );
+    assert!(
+        offset_of!(Entry, plan_active) % 8 == 0
+            && offset_of!(Entry, plan_drop) == offset_of!(Entry, plan_active) + 4
     );
 };
 
@@ -1694,12 +1700,18 @@ impl Runtime {
             core::ptr::addr_of_mut!((*e).fn_sp).write(fn_sp);
             core::ptr::addr_of_mut!((*e).nonskipped).write(Id::of(nonskipped));
             // Volatile: adjacent zero stores would otherwise be merged into a vector store.
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_key), plan.key);
+            // A drop too large for its field (a tail chain of millions of frames) leaves the
+            // frame to the Rust path.
+            let (key, drop) = match u32::try_from(plan.drop) {
+                Ok(d) => (plan.key, d),
+                Err(_) => (u64::MAX, 0),
+            };
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_key), key);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_to_fn), plan.to_fn);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_active), plan.active);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_incl), plan.incl);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_next_sp), plan.next_sp);
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_drop), plan.drop);
+            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_drop), drop);
             let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
             for k in 0..R_SYS {
                 let v = if k < self.n_cost { t.run[k] } else { 0 };
