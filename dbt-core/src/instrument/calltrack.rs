@@ -120,10 +120,12 @@ pub const EXIT_OTHER: u64 = 1;
 /// takes its path only when `expect` equals the block's key and the guest
 /// `rsp <= top_sp`; it then adds one to
 /// `*last_count`, the previous block's instruction count (the word after its counter) to
-/// `ir`, one to `bbs`, and makes the block the last one (`last_count` from its
-/// `InlineRec`; `expect` becomes `u64::MAX` unless the block ends plainly). `ir`/`bbs` are
-/// deltas the tool folds back; the tool finds the previous block and cost centre from its
-/// counter.
+/// `ir`, and makes the block the last one (`last_count` from its `InlineRec`; `expect`
+/// becomes `u64::MAX` unless the block ends plainly). `ir`/`uncounted` are deltas the tool
+/// folds back; the tool finds the previous block and cost centre from its counter. The
+/// blocks the inline paths run are not counted as such: each adds one to a cost centre's
+/// counter, which the tool sums when it needs the total (a second counter in every block
+/// made a second chain of read-modify-writes).
 #[repr(C)]
 pub struct JumpState {
     /// Key a plainly-reached block must have (`u64::MAX`: none).
@@ -135,8 +137,9 @@ pub struct JumpState {
     pub last_count: AtomicU64,
     /// Ir charged by the inline path since the tool last looked.
     pub ir: AtomicU64,
-    /// Blocks entered by the inline path since the tool last looked.
-    pub bbs: AtomicU64,
+    /// Blocks the inline paths ran since the tool last looked that added to no cost
+    /// centre's counter (a PLT stub's execution, charged to a skipped-cost sink).
+    pub uncounted: AtomicU64,
     /// How the previous block ended, for the next block's return and call cases (one word,
     /// so that entering a block stores it once): [`EXIT_RET`] after a `ret` the return case
     /// may take, the block's `CallPlan` (`*const CallPlan`) after a call the call case may
@@ -184,7 +187,7 @@ pub struct JumpState {
 impl JumpState {
     /// Charges `n` executions of the last block, of `ir` instructions each, which a
     /// self-loop's later copies deferred (`Plan::loop_lite`) when one of its instructions
-    /// faulted: `n` on its counter, `n` blocks, `n * ir` Ir.
+    /// faulted: `n` on its counter, `n * ir` Ir.
     ///
     /// # Safety
     /// `last_count` must point at a live counter that no other thread updates meanwhile.
@@ -192,7 +195,6 @@ impl JumpState {
         let count = self.last_count.load(Ordering::Relaxed) as *mut u64;
         // SAFETY: per this function's contract.
         unsafe { *count = (*count).wrapping_add(n) };
-        self.bbs.fetch_add(n, Ordering::Relaxed);
         self.ir.fetch_add(n * u64::from(ir), Ordering::Relaxed);
     }
 
@@ -203,7 +205,7 @@ impl JumpState {
             top_sp: AtomicU64::new(0),
             last_count: AtomicU64::new(0),
             ir: AtomicU64::new(0),
-            bbs: AtomicU64::new(0),
+            uncounted: AtomicU64::new(0),
             exit: AtomicU64::new(EXIT_OTHER),
             ret_frame: AtomicU64::new(0),
             stack_base_neg: AtomicU64::new(0),

@@ -1495,7 +1495,7 @@ struct JumpOffsets {
     top: i32,
     lcount: i32,
     ir: i32,
-    bbs: i32,
+    uncounted: i32,
     exit: i32,
     frame: i32,
     base_neg: i32,
@@ -1585,7 +1585,7 @@ const JUMP_OFF: JumpOffsets = {
         top: offset_of!(S, top_sp) as i32,
         lcount: offset_of!(S, last_count) as i32,
         ir: offset_of!(S, ir) as i32,
-        bbs: offset_of!(S, bbs) as i32,
+        uncounted: offset_of!(S, uncounted) as i32,
         exit: offset_of!(S, exit) as i32,
         frame: offset_of!(S, ret_frame) as i32,
         base_neg: offset_of!(S, stack_base_neg) as i32,
@@ -2321,21 +2321,18 @@ fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: Dy
 
 /// The commit of every call case (rsi = the frame, rbx = the callee's activation count): with
 /// lazy charging the previous block is charged (`lazy_call_charge`), then the frame's fields
-/// that come from the plan and the state alike: the block count, the activation count
+/// that come from the plan and the state alike: the activation count
 /// before (then the plan's increment), the arc (its count + 1), its inclusive Ir, the
 /// caller's context, the skipped state and the bytes its return pops.
 fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump) {
     if j.eager.is_none() {
         lazy_call_charge(a);
     }
-    let JumpOffsets {
-        bbs, nonskipped, ..
-    } = JUMP_OFF;
+    let JumpOffsets { nonskipped, .. } = JUMP_OFF;
     let p = PLAN_OFF;
     let fl = j.frame;
     dynasm!(a
         ; .arch x64
-        ; inc QWORD [rdx + bbs]
         // The activation count before the call, with the bytes its return pops.
         ; mov ecx, DWORD [rbx]
         ; or rcx, QWORD [rax + p.drop_hi]
@@ -2402,6 +2399,7 @@ fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump) {
 fn lazy_call_charge(a: &mut Asm) {
     let JumpOffsets {
         lcount,
+        uncounted,
         nonskipped,
         fn_active,
         ..
@@ -2416,7 +2414,9 @@ fn lazy_call_charge(a: &mut Asm) {
     dynasm!(a
         ; .arch x64
         ; jmp >charged
+        // The stub's execution, counted on no counter.
         ; stub_charge:
+        ; inc QWORD [rdx + uncounted]
         ; mov rcx, QWORD [rax + p.sink]
         ; mov rbx, QWORD [rdx + lcount]
         ; mov rbx, QWORD [rbx + 8]
@@ -2429,7 +2429,7 @@ fn lazy_call_charge(a: &mut Asm) {
 }
 
 /// Charges `n` executions of a self-loop's block that its later copies deferred
-/// (`Plan::loop_lite`): `n` on the last block's counter, `n` blocks and `n` times its Ir, with
+/// (`Plan::loop_lite`): `n` on the last block's counter and `n` times its Ir, with
 /// what `short` borrows put back after.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
 fn loop_charge(a: &mut Asm, short: &ShortForm, j: &super::calltrack::InlineJump, n: i32) {
@@ -2438,7 +2438,6 @@ fn loop_charge(a: &mut Asm, short: &ShortForm, j: &super::calltrack::InlineJump,
     short.save(a);
     load(a, short.x, st, o.lcount);
     dynasm!(a ; .arch x64 ; add QWORD [Rq(short.x)], n);
-    add_imm(a, st, o.bbs, n);
     add_imm(a, st, o.ir, n * j.ir as i32);
     short.restore(a);
 }
@@ -2585,15 +2584,6 @@ fn add_imm(a: &mut Asm, base: Base, off: i32, imm: i32) {
         Base::Rdx => dynasm!(a ; .arch x64 ; add QWORD [rdx + off], imm),
         Base::Rax => dynasm!(a ; .arch x64 ; add QWORD [rax + off], imm),
         Base::Abs(at) => dynasm!(a ; .arch x64 ; add QWORD [at + off], imm),
-    }
-}
-
-/// `inc qword [base + off]`.
-fn inc_mem(a: &mut Asm, base: Base, off: i32) {
-    match base {
-        Base::Rdx => dynasm!(a ; .arch x64 ; inc QWORD [rdx + off]),
-        Base::Rax => dynasm!(a ; .arch x64 ; inc QWORD [rax + off]),
-        Base::Abs(at) => dynasm!(a ; .arch x64 ; inc QWORD [at + off]),
     }
 }
 
@@ -2821,7 +2811,7 @@ fn inline_stub(
         expect,
         top,
         lcount,
-        bbs,
+        uncounted,
         nonskipped,
         ..
     } = JUMP_OFF;
@@ -2851,10 +2841,13 @@ fn inline_stub(
         // was charged when it started).
         if j.eager.is_none() {
             count_previous(a, Bases::REGS);
+        } else {
+            // The caller's block was counted on its counter when it started; the stub's
+            // execution goes to the skipped-cost sink, counted on no counter.
+            dynasm!(a ; .arch x64 ; inc QWORD [rdx + uncounted]);
         }
         dynasm!(a
             ; .arch x64
-            ; inc QWORD [rdx + bbs]
             // The stub's frame: no arc, no return plan (so the rest of the plan is never
             // read, but its `next_sp`, which the call case passes on).
             ; mov DWORD [rsi + fl.arc], -1
@@ -3138,14 +3131,13 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
 
 /// The part of the jump and return cases (the state and the block's record at `b`, `b.x`
 /// free, the flags saved or dead): charge the previous block lazily (its counter, the
-/// running Ir), count one block, and enter this one with the record's cost centre.
+/// running Ir), and enter this one with the record's cost centre.
 /// `after_plain`: the jump case, taken only when the state held the previous block's key,
 /// so that block ended plainly and `exit` already reads `EXIT_OTHER`
 /// (`InlineJump::ends_plain`); a block that ends plainly too leaves it as it is, one store
 /// less at most block starts.
 fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, b: Bases, after_plain: bool) {
     let JumpOffsets {
-        bbs,
         rcount,
         rmiss,
         rplan,
@@ -3154,7 +3146,6 @@ fn enter_inline(a: &mut Asm, j: &super::calltrack::InlineJump, b: Bases, after_p
     if j.eager.is_none() {
         count_previous(a, b);
     }
-    inc_mem(a, b.st, bbs);
     enter_block(a, j, (rcount, rmiss, rplan), b, after_plain);
 }
 

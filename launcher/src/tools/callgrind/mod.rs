@@ -1018,8 +1018,7 @@ impl Callgrind {
         }
         self.dumps = part;
         // As Callgrind, a dump counts as an executed block.
-        self.bbs_done = rt.bb_executions;
-        rt.bb_executions = rt.bb_executions.wrapping_add(1);
+        self.bbs_done = rt.count_dump();
     }
 
     /// The periodic dump (`--dump-every-bb`), of every thread.
@@ -1055,7 +1054,7 @@ impl Callgrind {
             u64::from(part),
             th.map(|x| u64::from(x.1)),
             [&desc[0], &desc[1], &desc[2]],
-            (self.bbs_done, rt.bb_executions),
+            (self.bbs_done, rt.bb_executions()),
             trigger.unwrap_or("Program termination"),
             self.events(),
         );

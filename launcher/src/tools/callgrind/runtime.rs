@@ -393,7 +393,7 @@ impl BlockInfo {
 }
 
 /// The running thread's summary as the inline jump path reads it (Ir-only mode, see
-/// [`Runtime::inline_push`]). Its `ir`/`bbs` deltas and last block belong to the thread
+/// [`Runtime::inline_push`]). Its `ir`/`uncounted` deltas and last block belong to the thread
 /// whose key it holds ([`Runtime::inline_pull`] folds them back before Rust code looks).
 ///
 /// Reached through [`jump`]: [`init_jump`] moves it below 2 GiB when possible (`leak_low`),
@@ -916,7 +916,16 @@ pub struct Runtime {
     /// Boxed: the helper keeps a raw pointer to the running thread's state across pushes.
     #[allow(clippy::vec_box)]
     pub threads: Vec<Box<ThreadState>>,
-    pub bb_executions: u64,
+    /// Blocks the tool's own paths ran, and those the inline paths ran without adding to a
+    /// counter (`JumpState::uncounted`); [`Runtime::bb_executions`] is the whole count.
+    pub bbs_by_tool: u64,
+    /// Counter increments the tool's own paths made, and the counts that zeroing took off:
+    /// with these, the counters tell how many blocks the inline paths ran.
+    counted_by_tool: Cell<u64>,
+    counts_zeroed: u64,
+    /// The running Ir's delta as [`Runtime::inline_push`] left it: every inline path adds
+    /// to it, so an unchanged delta means that none ran.
+    ir_pushed: Cell<u64>,
     pub skip_direct_rec: bool,
     pub collect_atstart: bool,
     /// `--cache-sim=yes`: blocks are charged when they start (see the module invariants).
@@ -958,7 +967,10 @@ impl Default for Runtime {
             jccs: Vec::new(),
             jcc_index: ArcIndex::default(),
             threads: Vec::new(),
-            bb_executions: 0,
+            bbs_by_tool: 0,
+            counted_by_tool: Cell::new(0),
+            counts_zeroed: 0,
+            ir_pushed: Cell::new(0),
             skip_direct_rec: false,
             collect_atstart: true,
             eager: false,
@@ -1045,13 +1057,43 @@ impl Runtime {
 
     /// Whether `--dump-every-bb` asks for a dump before the next block (Callgrind checks
     /// `executed blocks - blocks at the last such dump > N`).
+    /// (Periodic dumps turn the inline paths off, so the tool's own count is the whole.)
     pub fn dump_due(&self) -> bool {
-        self.dump_every > 0 && self.bb_executions.wrapping_sub(self.every_done) > self.dump_every
+        self.dump_every > 0 && self.bbs_by_tool.wrapping_sub(self.every_done) > self.dump_every
+    }
+
+    /// Callgrind's `bb_executions`: the blocks run so far (as Callgrind splits them at a
+    /// `rep`). Every block the inline paths run adds one to a cost centre's counter (or to
+    /// `JumpState::uncounted`), so theirs are what the counters hold beyond the tool's own
+    /// increments (a sum over every cost centre: for the dump's header, not per block).
+    pub fn bb_executions(&self) -> u64 {
+        if !self.inline_jumps {
+            return self.bbs_by_tool;
+        }
+        let counts = self.bbccs.iter().fold(0u64, |s, b| s.wrapping_add(b.count));
+        self.bbs_by_tool
+            .wrapping_add(counts)
+            .wrapping_add(self.counts_zeroed)
+            .wrapping_sub(self.counted_by_tool.get())
+    }
+
+    /// Notes a counter increment the tool's own paths made.
+    #[inline(always)]
+    fn count_by_tool(&self) {
+        let c = &self.counted_by_tool;
+        c.set(c.get().wrapping_add(1));
+    }
+
+    /// Counts a dump as an executed block (as Callgrind does) and returns the count before.
+    pub fn count_dump(&mut self) -> u64 {
+        let before = self.bb_executions();
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(1);
+        before
     }
 
     /// Records that a periodic dump was just written.
     pub fn every_dumped(&mut self) {
-        self.every_done = self.bb_executions;
+        self.every_done = self.bbs_by_tool;
         self.set_dump_every(self.dump_every);
     }
 
@@ -1260,6 +1302,7 @@ impl Runtime {
     #[inline(always)]
     fn charge_fast(&self, t: &mut ThreadState, bb: &BlockInfo, count: *mut u64) {
         add_cost(&mut t.run, &bb.stat, self.n_cost.min(N_STATIC));
+        self.count_by_tool();
         // SAFETY: a boxed cost centre's counter (`Runtime::bbccs` never drops them); guest
         // threads run one at a time.
         unsafe { *count = (*count).wrapping_add(1) };
@@ -1417,7 +1460,7 @@ impl Runtime {
         sp: u64,
     ) -> bool {
         let f = &mut t.fast;
-        if f.last_bb.is_null() || self.bb_executions >= self.fast_limit {
+        if f.last_bb.is_null() || self.bbs_by_tool >= self.fast_limit {
             return false;
         }
         // SAFETY: `last_bb` is a leaked BlockInfo (never freed), set by `refresh_fast`.
@@ -1480,7 +1523,7 @@ impl Runtime {
                 }
             }
         }
-        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(1);
         self.fast_charge_prev(t, lbb);
         t.fast.last_bb = bb;
         t.fast.last_count = bb.fast_count.get();
@@ -1591,7 +1634,7 @@ impl Runtime {
         }
         // Commit: charge the previous block, push the context and the frame (as `push_cxt`
         // and `push_call`), enter `bb`.
-        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(1);
         self.fast_charge_prev(t, lbb);
         if let Some(a) = t.fn_active.get_mut(to_fn as usize) {
             *a = a_new;
@@ -1824,7 +1867,7 @@ impl Runtime {
         }
         // Commit: charge the previous block, push the frame (as `push_call` with `skip`),
         // enter `bb`.
-        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(1);
         self.fast_charge_prev(t, lbb);
         self.push_frame(t, None, sp, lbb.end, Some(cxt), None, NO_PLAN);
         t.nonskipped = Some(from);
@@ -1858,7 +1901,7 @@ impl Runtime {
         };
         // Commit: charge the previous block, push the frame (as `push_call` with `skip`),
         // enter `bb`.
-        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(1);
         self.fast_charge_prev(t, lbb);
         self.push_frame(t, None, frame_sp, 0, Some(cxt), None, NO_PLAN);
         t.nonskipped = Some(from);
@@ -2010,7 +2053,7 @@ impl Runtime {
         }
         // Commit: charge the previous block (to the skipped-cost sink when a skipped function
         // is active), push the context and the frame, enter `bb`.
-        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(1);
         // (With cache simulation the previous block was charged when it was entered.)
         if !self.eager && t.collect {
             let ns = self.n_cost.min(N_STATIC);
@@ -2022,6 +2065,7 @@ impl Runtime {
                     // SAFETY: a boxed cost centre's counter (never dropped); guest threads
                     // run one at a time.
                     unsafe { *c = (*c).wrapping_add(1) };
+                    self.count_by_tool();
                 }
             }
         }
@@ -2271,7 +2315,7 @@ impl Runtime {
             return false;
         }
         // Commit: charge the previous block, pop the frames (as `pop`), enter `bb`.
-        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(1);
         self.fast_charge_prev(t, lbb);
         let nc = self.n_cost;
         for i in 1..=k {
@@ -2375,7 +2419,7 @@ impl Runtime {
             return false;
         }
         // Commit: charge the previous block, pop the frame (as `pop`), enter `bb`.
-        self.bb_executions = self.bb_executions.wrapping_add(1);
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(1);
         self.fast_charge_prev(t, lbb);
         let nc = self.n_cost;
         if let (Some(jcc), Some(top)) = (self.jccs.get_mut(j as usize), t.stack.get(n - 1)) {
@@ -2443,7 +2487,8 @@ impl Runtime {
     }
 
     /// Folds what the inline paths did since the last look into thread `t` (the one [`jump`]
-    /// belongs to): blocks executed, running Ir, the last block and its cost centre, and,
+    /// belongs to): running Ir, blocks that no counter counted, the last block and its
+    /// cost centre, and,
     /// when the call and return cases were armed, the lengths of the shadow stack and the
     /// function stack (whose contents and the activation counts they kept up to date) and
     /// the context (the last cost centre's) and the skipped-function state. Integer-only (the
@@ -2451,14 +2496,15 @@ impl Runtime {
     #[inline(always)]
     pub fn inline_pull(&mut self, t: &mut ThreadState) {
         let js = jump();
-        let n = js.bbs.load(Ordering::Relaxed);
-        if n == 0 {
+        let ir = js.ir.load(Ordering::Relaxed);
+        if ir == self.ir_pushed.get() {
             return;
         }
-        js.bbs.store(0, Ordering::Relaxed);
-        self.bb_executions = self.bb_executions.wrapping_add(n);
-        let ir = js.ir.load(Ordering::Relaxed);
         js.ir.store(0, Ordering::Relaxed);
+        self.ir_pushed.set(0);
+        let n = js.uncounted.load(Ordering::Relaxed);
+        js.uncounted.store(0, Ordering::Relaxed);
+        self.bbs_by_tool = self.bbs_by_tool.wrapping_add(n);
         if self.eager {
             for (k, d) in js.stat.iter().enumerate() {
                 let v = d.load(Ordering::Relaxed);
@@ -2572,6 +2618,7 @@ impl Runtime {
             unsafe { (*(f.last_count as *const Bbcc)).ir }
         };
         js.ir.store(pre, Ordering::Relaxed);
+        self.ir_pushed.set(pre);
         jump()
             .expect
             .store(expect.unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -2668,7 +2715,7 @@ impl Runtime {
     }
 
     fn setup_slow(&mut self, t: &mut ThreadState, bb: &BlockInfo, mut sp: u64) {
-        self.bb_executions += 1;
+        self.bbs_by_tool += 1;
         let last = t.last_bbcc;
         let mut jk = Exit::Other;
         let mut is_jump = false;
@@ -2703,7 +2750,7 @@ impl Runtime {
                 // Callgrind's blocks end at a `rep`, which then runs alone `extra` more
                 // times; the rest of the block is one more block.
                 let split = u64::from(i + 1 < lbb.insn_addrs.len());
-                self.bb_executions = self.bb_executions.wrapping_add(extra + split);
+                self.bbs_by_tool = self.bbs_by_tool.wrapping_add(extra + split);
                 if self.collect_jumps {
                     let cond = lbb.rep_cond.get(k).copied().unwrap_or(false);
                     let iters = cond.then_some(iters);
@@ -2717,6 +2764,7 @@ impl Runtime {
                     add_cost(&mut self.bbccs[ns as usize].skipped, &add, ns_static);
                 } else if !self.eager {
                     self.bbccs[lb as usize].count += 1;
+                    self.count_by_tool();
                 }
             }
         }
@@ -2880,7 +2928,10 @@ impl Runtime {
         add_cost(&mut t.run, &stat, N_STATIC);
         match t.nonskipped {
             Some(ns) => add_cost(&mut self.bbccs[ns as usize].skipped, &stat, N_STATIC),
-            None => self.bbccs[b as usize].count += 1,
+            None => {
+                self.bbccs[b as usize].count += 1;
+                self.count_by_tool();
+            }
         }
     }
 
@@ -3169,6 +3220,7 @@ impl Runtime {
     pub fn zero(&mut self, only: Option<usize>, after_dump: bool) {
         let th = only.and_then(|i| self.threads.get(i)).map(|t| t.th);
         let fin = self.finished();
+        let mut zeroed = 0u64;
         for (b, fin) in self.bbccs.iter_mut().zip(fin) {
             if th.is_some_and(|x| x != b.th) {
                 continue;
@@ -3177,12 +3229,14 @@ impl Runtime {
                 continue;
             }
             b.skipped = [0; RUN];
+            zeroed = zeroed.wrapping_add(b.count);
             b.count = 0;
             b.adj = 0;
             b.rep_extra.iter_mut().for_each(|x| *x = 0);
             b.rep_iters.iter_mut().for_each(|x| *x = 0);
             b.miss.iter_mut().for_each(|x| *x = 0);
         }
+        self.counts_zeroed = self.counts_zeroed.wrapping_add(zeroed);
         let n = self.n_cost;
         for j in &mut self.jccs {
             if th.is_some_and(|x| x != self.bbccs[j.from as usize].th)
@@ -3393,20 +3447,22 @@ mod tests {
         assert_eq!(jump().ir.load(Ordering::Relaxed), 3);
         // What the inline code does for `b` (its Ir on entry), then folded back: `a`'s
         // execution is charged, `b`'s is not yet.
-        let before = (rt.bb_executions, t.run[R_IR]);
-        jump().bbs.store(1, Ordering::Relaxed);
+        let before = (rt.bb_executions(), t.run[R_IR]);
+        let a_count = jump().last_count.load(Ordering::Relaxed) as *mut u64;
+        // SAFETY: `a`'s cost centre's counter (boxed, never freed); nothing else runs.
+        unsafe { *a_count += 1 };
         jump().ir.fetch_add(2, Ordering::Relaxed);
         jump()
             .last_count
             .store(b.jrec.count.load(Ordering::Relaxed), Ordering::Relaxed);
         rt.inline_pull(t);
         assert_eq!(
-            (rt.bb_executions, t.run[R_IR]),
+            (rt.bb_executions(), t.run[R_IR]),
             (before.0 + 1, before.1 + 3)
         );
         assert_eq!(t.last_bbcc, Some(b.last.get().2));
         assert!(core::ptr::eq(t.fast.last_bb, b));
-        assert_eq!(jump().bbs.load(Ordering::Relaxed), 0);
+        assert_eq!(jump().ir.load(Ordering::Relaxed), 0);
         // After a block ending in a `rep`: nothing may be entered inline.
         let ctr = Box::leak(Box::new([0u64; 2])).as_mut_ptr();
         let r = block(0x1010, 2, JumpExit::None, vec![(1, ctr)]);
@@ -3426,7 +3482,6 @@ mod tests {
         rt.set_simulation(true, false);
         assert!(rt.eager);
         let before = (t.run[R_IR], t.run[R_DR], t.run[R_DW]);
-        jump().bbs.store(2, Ordering::Relaxed);
         jump().ir.store(4, Ordering::Relaxed);
         jump().stat[0].store(3, Ordering::Relaxed);
         jump().stat[1].store(1, Ordering::Relaxed);
@@ -3523,10 +3578,10 @@ mod tests {
         rt.setup(t, r, 0x8000);
         // SAFETY: the counter pair leaked above; nothing else uses it.
         unsafe { *ctr = 5 };
-        let before = rt.bb_executions;
+        let before = rt.bb_executions();
         rt.setup(t, after, 0x8000);
         // Callgrind ran [i0, rep], then [rep] 5 times, then [i2], then `after`.
-        assert_eq!(rt.bb_executions - before, 1 + 5 + 1);
+        assert_eq!(rt.bb_executions() - before, 1 + 5 + 1);
         let mut j = take_all(&mut rt);
         j.sort_by_key(|x| x.block);
         let got: Vec<_> = j
