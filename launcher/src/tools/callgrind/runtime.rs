@@ -1077,9 +1077,16 @@ impl Runtime {
             .wrapping_sub(self.counted_by_tool.get())
     }
 
-    /// Notes a counter increment the tool's own paths made.
+    /// One execution on a cost centre's counter, by the tool's own paths (noted for
+    /// [`Runtime::bb_executions`]).
+    ///
+    /// # Safety
+    /// `count` is the `count` field of a cost centre in [`Runtime::bbccs`] (boxed, never
+    /// dropped), which nothing else accesses meanwhile (guest threads run one at a time).
     #[inline(always)]
-    fn count_by_tool(&self) {
+    unsafe fn count_by_tool(&self, count: *mut u64) {
+        // SAFETY: per this function's contract.
+        unsafe { *count = (*count).wrapping_add(1) };
         let c = &self.counted_by_tool;
         c.set(c.get().wrapping_add(1));
     }
@@ -1302,10 +1309,8 @@ impl Runtime {
     #[inline(always)]
     fn charge_fast(&self, t: &mut ThreadState, bb: &BlockInfo, count: *mut u64) {
         add_cost(&mut t.run, &bb.stat, self.n_cost.min(N_STATIC));
-        self.count_by_tool();
-        // SAFETY: a boxed cost centre's counter (`Runtime::bbccs` never drops them); guest
-        // threads run one at a time.
-        unsafe { *count = (*count).wrapping_add(1) };
+        // SAFETY: callers pass a cost centre's counter (`last_count`, `fast_count`).
+        unsafe { self.count_by_tool(count) };
     }
 
     fn bb_of(&self, bbcc: u32) -> &'static BlockInfo {
@@ -2061,11 +2066,8 @@ impl Runtime {
             match t.nonskipped.and_then(|b| self.bbccs.get_mut(b as usize)) {
                 Some(c) => add_cost(&mut c.skipped, &lbb.stat, ns),
                 None => {
-                    let c = t.fast.last_count;
-                    // SAFETY: a boxed cost centre's counter (never dropped); guest threads
-                    // run one at a time.
-                    unsafe { *c = (*c).wrapping_add(1) };
-                    self.count_by_tool();
+                    // SAFETY: the last block's cost centre's counter.
+                    unsafe { self.count_by_tool(t.fast.last_count) };
                 }
             }
         }
@@ -2763,8 +2765,9 @@ impl Runtime {
                 if let Some(ns) = t.nonskipped {
                     add_cost(&mut self.bbccs[ns as usize].skipped, &add, ns_static);
                 } else if !self.eager {
-                    self.bbccs[lb as usize].count += 1;
-                    self.count_by_tool();
+                    let c = core::ptr::addr_of_mut!(self.bbccs[lb as usize].count);
+                    // SAFETY: a cost centre's counter.
+                    unsafe { self.count_by_tool(c) };
                 }
             }
         }
@@ -2929,8 +2932,9 @@ impl Runtime {
         match t.nonskipped {
             Some(ns) => add_cost(&mut self.bbccs[ns as usize].skipped, &stat, N_STATIC),
             None => {
-                self.bbccs[b as usize].count += 1;
-                self.count_by_tool();
+                let c = core::ptr::addr_of_mut!(self.bbccs[b as usize].count);
+                // SAFETY: a cost centre's counter.
+                unsafe { self.count_by_tool(c) };
             }
         }
     }
