@@ -135,7 +135,9 @@ pub struct JumpState {
     /// Execution counter of the previous block's cost centre (`*mut u64`), followed in
     /// memory by that block's instruction count (`u64`).
     pub last_count: AtomicU64,
-    /// Ir charged by the inline path since the tool last looked.
+    /// Ir charged by the inline paths, added to what the tool left here: with lazy
+    /// charging the thread's running Ir (so the word is the running Ir, which the call and
+    /// return cases read), with eager charging 0 (a delta, like `stat`).
     pub ir: AtomicU64,
     /// Blocks the inline paths ran since the tool last looked that added to no cost
     /// centre's counter (a PLT stub's execution, charged to a skipped-cost sink).
@@ -152,7 +154,8 @@ pub struct JumpState {
     /// Minus the address of the bottom frame (the frame below it does not exist); 0 when
     /// the return and call cases are not armed.
     pub stack_base_neg: AtomicU64,
-    /// The thread's running Ir (`*const u64`; `ir` is added to it).
+    /// The thread's running cost (`*const u64`, Ir first; with eager charging `ir` and
+    /// `stat` are added to its words).
     pub run_ir: AtomicU64,
     // The call case (see `CallPlan`) and the pops of the return case keep these of the
     // tool's stacks up to date themselves; the tool reads the lengths back.

@@ -1957,17 +1957,15 @@ fn inline_ret(
 }
 
 /// With lazy charging, a popped frame's arc (`frame`: the frame's register): its inclusive
-/// Ir += the running Ir (with the inline delta) - the Ir at the frame's entry. Clobbers rax
-/// and rcx.
+/// Ir += the running Ir (the state's `ir`, lazily the running Ir itself) - the Ir at the
+/// frame's entry. Clobbers rax and rcx.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
 fn add_incl_lazy(a: &mut Asm, j: &super::calltrack::InlineJump, frame: u8) {
-    let JumpOffsets { run_ir, ir, .. } = JUMP_OFF;
+    let ir = JUMP_OFF.ir;
     let fl = j.frame;
     dynasm!(a
         ; .arch x64
-        ; mov rcx, QWORD [rdx + run_ir]
-        ; mov rcx, QWORD [rcx]
-        ; add rcx, QWORD [rdx + ir]
+        ; mov rcx, QWORD [rdx + ir]
         ; sub rcx, QWORD [Rq(frame) + fl.enter_ir]
         ; mov rax, QWORD [Rq(frame) + fl.incl]
         ; add QWORD [rax], rcx
@@ -2693,9 +2691,9 @@ fn frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail: DynamicLabel)
 }
 
 /// The end of a frame push (rsi = the new frame, its other fields written): the running
-/// cost at entry (Ir, or with eager charging every word in use, before the callee is
-/// charged; with the inline deltas) and the function stack's depth; the frame becomes the
-/// top one, at rsp.
+/// cost at entry (lazily the Ir, which the state's `ir` is; with eager charging every word
+/// in use, before the callee is charged, with the inline deltas) and the function stack's
+/// depth; the frame becomes the top one, at rsp.
 fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
     let JumpOffsets {
         top,
@@ -2706,10 +2704,17 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ..
     } = JUMP_OFF;
     let fl = j.frame;
+    if j.eager.is_none() {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rdx + JUMP_OFF.ir]
+            ; mov QWORD [rsi + fl.enter_ir], rcx
+        );
+    }
     let words = if j.eager.is_some() {
         j.cost_words as i32
     } else {
-        1
+        0
     };
     for k in 0..words {
         dynasm!(a

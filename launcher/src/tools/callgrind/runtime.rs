@@ -151,6 +151,13 @@ fn entry_cost(run: &[u64; RUN]) -> [u64; R_SYS] {
     c
 }
 
+/// `c.set(v)` as a volatile store, for the fast path: plain stores to neighbouring fields
+/// may be merged into one from a vector register, which would clobber the guest's.
+fn set_volatile(c: &Cell<u64>, v: u64) {
+    // SAFETY: `as_ptr` points at the cell's value, which no reference borrows (a `Cell`).
+    unsafe { core::ptr::write_volatile(c.as_ptr(), v) }
+}
+
 /// `acc[..n] += add[..n]` (volatile, as [`add_diff`]).
 #[inline(always)]
 fn add_cost(acc: &mut [u64], add: &[u64], n: usize) {
@@ -923,9 +930,13 @@ pub struct Runtime {
     /// with these, the counters tell how many blocks the inline paths ran.
     counted_by_tool: Cell<u64>,
     counts_zeroed: u64,
-    /// The running Ir's delta as [`Runtime::inline_push`] left it: every inline path adds
-    /// to it, so an unchanged delta means that none ran.
+    /// `JumpState::ir` as [`Runtime::inline_push`] left it: every inline path adds to it,
+    /// so an unchanged word means that none ran.
     ir_pushed: Cell<u64>,
+    /// What `JumpState::ir` held beyond the inline paths' Ir when it was pushed: the
+    /// thread's running Ir with lazy charging (the word is the running Ir itself, one load
+    /// where the call and return cases read it), 0 with eager charging (a delta).
+    ir_base: Cell<u64>,
     pub skip_direct_rec: bool,
     pub collect_atstart: bool,
     /// `--cache-sim=yes`: blocks are charged when they start (see the module invariants).
@@ -971,6 +982,7 @@ impl Default for Runtime {
             counted_by_tool: Cell::new(0),
             counts_zeroed: 0,
             ir_pushed: Cell::new(0),
+            ir_base: Cell::new(0),
             skip_direct_rec: false,
             collect_atstart: true,
             eager: false,
@@ -2502,8 +2514,10 @@ impl Runtime {
         if ir == self.ir_pushed.get() {
             return;
         }
+        let ir = ir.wrapping_sub(self.ir_base.get());
         js.ir.store(0, Ordering::Relaxed);
-        self.ir_pushed.set(0);
+        set_volatile(&self.ir_pushed, 0);
+        set_volatile(&self.ir_base, 0);
         let n = js.uncounted.load(Ordering::Relaxed);
         js.uncounted.store(0, Ordering::Relaxed);
         self.bbs_by_tool = self.bbs_by_tool.wrapping_add(n);
@@ -2619,8 +2633,10 @@ impl Runtime {
             // SAFETY: a counter of a boxed cost centre (never freed), its first field.
             unsafe { (*(f.last_count as *const Bbcc)).ir }
         };
-        js.ir.store(pre, Ordering::Relaxed);
-        self.ir_pushed.set(pre);
+        let base = if self.eager { 0 } else { t.run[R_IR] };
+        js.ir.store(base.wrapping_add(pre), Ordering::Relaxed);
+        set_volatile(&self.ir_pushed, base.wrapping_add(pre));
+        set_volatile(&self.ir_base, base);
         jump()
             .expect
             .store(expect.unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -3447,8 +3463,9 @@ mod tests {
         let last_ir = unsafe { *(jump().last_count.load(Ordering::Relaxed) as *const u64).add(1) };
         assert_eq!(last_ir, 3);
         assert_eq!(jump().top_sp.load(Ordering::Relaxed), i64::MAX as u64);
-        // Lazily the delta holds the last block's Ir (`a`'s 3) while it is the last one.
-        assert_eq!(jump().ir.load(Ordering::Relaxed), 3);
+        // Lazily the state's Ir is the running Ir with the last block's (`a`'s 3) while it
+        // is the last one.
+        assert_eq!(jump().ir.load(Ordering::Relaxed), t.run[R_IR] + 3);
         // What the inline code does for `b` (its Ir on entry), then folded back: `a`'s
         // execution is charged, `b`'s is not yet.
         let before = (rt.bb_executions(), t.run[R_IR]);
@@ -3485,6 +3502,7 @@ mod tests {
         rt.toggle_collect(t);
         rt.set_simulation(true, false);
         assert!(rt.eager);
+        rt.inline_push(t);
         let before = (t.run[R_IR], t.run[R_DR], t.run[R_DW]);
         jump().ir.store(4, Ordering::Relaxed);
         jump().stat[0].store(3, Ordering::Relaxed);
