@@ -57,13 +57,49 @@ static uint64_t (*const volatile table[4])(uint64_t) = {s0, s1, s2, s3};
 __attribute__((noinline)) static uint64_t xmm_all(void) {
     static uint64_t in[32], out[32];
     for (int i = 0; i < 32; i++) in[i] = 0x0123456789abcdefull * (uint64_t)(i + 1) + (uint64_t)i;
-    __asm__ volatile("movdqu 0(%0), %%xmm0\n\tmovdqu 16(%0), %%xmm1\n\tmovdqu 32(%0), %%xmm2\n\tmovdqu 48(%0), %%xmm3\n\tmovdqu 64(%0), %%xmm4\n\tmovdqu 80(%0), %%xmm5\n\tmovdqu 96(%0), %%xmm6\n\tmovdqu 112(%0), %%xmm7\n\tmovdqu 128(%0), %%xmm8\n\tmovdqu 144(%0), %%xmm9\n\tmovdqu 160(%0), %%xmm10\n\tmovdqu 176(%0), %%xmm11\n\tmovdqu 192(%0), %%xmm12\n\tmovdqu 208(%0), %%xmm13\n\tmovdqu 224(%0), %%xmm14\n\tmovdqu 240(%0), %%xmm15" :: "r"(in) : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+    __asm__ volatile(
+        "movdqu 0(%0), %%xmm0\n\t"
+        "movdqu 16(%0), %%xmm1\n\t"
+        "movdqu 32(%0), %%xmm2\n\t"
+        "movdqu 48(%0), %%xmm3\n\t"
+        "movdqu 64(%0), %%xmm4\n\t"
+        "movdqu 80(%0), %%xmm5\n\t"
+        "movdqu 96(%0), %%xmm6\n\t"
+        "movdqu 112(%0), %%xmm7\n\t"
+        "movdqu 128(%0), %%xmm8\n\t"
+        "movdqu 144(%0), %%xmm9\n\t"
+        "movdqu 160(%0), %%xmm10\n\t"
+        "movdqu 176(%0), %%xmm11\n\t"
+        "movdqu 192(%0), %%xmm12\n\t"
+        "movdqu 208(%0), %%xmm13\n\t"
+        "movdqu 224(%0), %%xmm14\n\t"
+        "movdqu 240(%0), %%xmm15"
+        :: "r"(in)
+        : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+          "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
     uint64_t x = 11;
     for (int i = 0; i < 3000; i++) {
         x = table[(x >> 7) & 3](x);
         if (x & 8) x ^= 0x99; else x += 13;
     }
-    __asm__ volatile("movdqu %%xmm0, 0(%0)\n\tmovdqu %%xmm1, 16(%0)\n\tmovdqu %%xmm2, 32(%0)\n\tmovdqu %%xmm3, 48(%0)\n\tmovdqu %%xmm4, 64(%0)\n\tmovdqu %%xmm5, 80(%0)\n\tmovdqu %%xmm6, 96(%0)\n\tmovdqu %%xmm7, 112(%0)\n\tmovdqu %%xmm8, 128(%0)\n\tmovdqu %%xmm9, 144(%0)\n\tmovdqu %%xmm10, 160(%0)\n\tmovdqu %%xmm11, 176(%0)\n\tmovdqu %%xmm12, 192(%0)\n\tmovdqu %%xmm13, 208(%0)\n\tmovdqu %%xmm14, 224(%0)\n\tmovdqu %%xmm15, 240(%0)" :: "r"(out) : "memory");
+    __asm__ volatile(
+        "movdqu %%xmm0, 0(%0)\n\t"
+        "movdqu %%xmm1, 16(%0)\n\t"
+        "movdqu %%xmm2, 32(%0)\n\t"
+        "movdqu %%xmm3, 48(%0)\n\t"
+        "movdqu %%xmm4, 64(%0)\n\t"
+        "movdqu %%xmm5, 80(%0)\n\t"
+        "movdqu %%xmm6, 96(%0)\n\t"
+        "movdqu %%xmm7, 112(%0)\n\t"
+        "movdqu %%xmm8, 128(%0)\n\t"
+        "movdqu %%xmm9, 144(%0)\n\t"
+        "movdqu %%xmm10, 160(%0)\n\t"
+        "movdqu %%xmm11, 176(%0)\n\t"
+        "movdqu %%xmm12, 192(%0)\n\t"
+        "movdqu %%xmm13, 208(%0)\n\t"
+        "movdqu %%xmm14, 224(%0)\n\t"
+        "movdqu %%xmm15, 240(%0)"
+        :: "r"(out) : "memory");
     uint64_t s = x & 0xff;
     for (int i = 0; i < 32; i++) s += (out[i] ^ in[i]) * (uint64_t)(i + 1);
     return s;
