@@ -267,11 +267,14 @@ pub(crate) struct Plan {
 unsafe impl Send for Plan {}
 
 impl Plan {
+    /// `rsp_rise`: `after_rsp_rise` of the block's instructions (wanted only with
+    /// `Instrumenter::unwind_watch`).
     pub(crate) fn new(
         view: &BlockView,
         ins: Instrumenter,
         (dead, written): (Vec<u16>, Vec<u16>),
         live: Vec<bool>,
+        rsp_rise: Option<usize>,
     ) -> Plan {
         let n = view.insns.len();
         let count_at = (0..n).find(|&i| !live[i]).unwrap_or(0);
@@ -290,10 +293,7 @@ impl Plan {
         let unwind_check = ins
             .unwind_watch
             .filter(|&st| below_2gib(st))
-            .and_then(|st| {
-                let at = after_rsp_rise(view.insns.iter().map(|v| v.insn))?;
-                Some((at, st as *const super::calltrack::JumpState as u64))
-            });
+            .and_then(|st| Some((rsp_rise?, st as *const super::calltrack::JumpState as u64)));
         Plan {
             ops: ins.ops,
             unwind_check,
@@ -2451,13 +2451,15 @@ fn below_2gib<T>(x: &T) -> bool {
 /// and pops, `add`/`sub` of an immediate, `lea rsp, [rsp + d]`, `and` with a negative
 /// immediate (an alignment). Anything else (`mov rsp`, `leave`, `pop rsp`, `xchg`) may
 /// raise it.
-fn after_rsp_rise<'a>(insns: impl IntoIterator<Item = &'a Instruction>) -> Option<usize> {
-    let mut info = InstructionInfoFactory::new();
+pub(super) fn after_rsp_rise<'a>(
+    insns: impl IntoIterator<Item = &'a Instruction>,
+    info: &mut InstructionInfoFactory,
+) -> Option<usize> {
     let mut rise = 0i64;
     let mut unknown = false;
     let mut last = None;
     for (i, insn) in insns.into_iter().enumerate() {
-        if !writes_rsp(&mut info, insn) {
+        if !writes_rsp(info, insn) {
             continue;
         }
         last = Some(i + 1);
@@ -4561,7 +4563,7 @@ mod tests {
         let insns: Vec<Instruction> = Decoder::with_ip(64, code, 0x1000, DecoderOptions::NONE)
             .into_iter()
             .collect();
-        after_rsp_rise(&insns)
+        after_rsp_rise(&insns, &mut InstructionInfoFactory::new())
     }
 
     #[test]

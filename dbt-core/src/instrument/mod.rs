@@ -1163,16 +1163,35 @@ pub(crate) fn plan_block(
         Op::CountBlock(_) => live.iter().all(|&l| l),
         _ => false,
     });
-    let (live, (dead, written)) = if needs_dead {
-        let exit = exit(&mut factory);
-        (
-            flags_liveness(&view, exit),
-            gpr_dead_and_written(&view, &mut factory, exit),
+    let rsp_rise = ins
+        .unwind_watch
+        .and_then(|_| emit::after_rsp_rise(view.insns.iter().map(|v| v.insn), &mut factory));
+    // Callgrind's block start alone (no cache checks, no unwind check later in the block)
+    // needs only dead flags and a dead register where the block starts. Most blocks show
+    // both themselves, and decoding the successors (`exit`) is a good part of translating
+    // them.
+    let start_only = ins.ops.iter().all(|o| {
+        matches!(
+            o,
+            Op::CallFallbackInline { insn: 0, .. } | Op::Rep { .. } | Op::Call { .. }
         )
-    } else {
-        (live, (Vec::new(), Vec::new()))
+    }) && rsp_rise.is_none();
+    const RSP: u16 = 1 << 4;
+    let local = (needs_dead && start_only && !live.first().copied().unwrap_or(true))
+        .then(|| gpr_dead_and_written(&view, &mut factory, ExitLiveness::ALL_LIVE))
+        .filter(|(dead, _)| dead.first().is_some_and(|&d| d & !RSP != 0));
+    let (live, (dead, written)) = match local {
+        Some(dead_written) => (live, dead_written),
+        None if needs_dead => {
+            let exit = exit(&mut factory);
+            (
+                flags_liveness(&view, exit),
+                gpr_dead_and_written(&view, &mut factory, exit),
+            )
+        }
+        None => (live, (Vec::new(), Vec::new())),
     };
-    emit::Plan::new(&view, ins, (dead, written), live)
+    emit::Plan::new(&view, ins, (dead, written), live, rsp_rise)
 }
 
 #[cfg(test)]
