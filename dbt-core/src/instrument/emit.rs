@@ -1463,6 +1463,12 @@ struct Fallback {
 /// `Plan::call_fallback`'s code.
 fn call_fallback(a: &mut Asm, f: &Fallback) -> Result<(), String> {
     dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax ; gs mov QWORD [IS1], rcx);
+    call_fallback_saved(a, f)
+}
+
+/// `call_fallback` where guest rax and rcx are in `gs:[IS0]` and `gs:[IS1]` already (and
+/// the registers free).
+fn call_fallback_saved(a: &mut Asm, f: &Fallback) -> Result<(), String> {
     store_arg1(a, &f.insn, f.arg1)?;
     let after_fast = a.new_dynamic_label();
     let done = a.new_dynamic_label();
@@ -3043,9 +3049,9 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             short.emit_cold(a, &jump, (miss, back, try_ret));
             // The return and call cases end here when they do not apply (the flags put
             // back).
-            dynasm!(a ; .arch x64 ; =>fail);
-            restore_scratch(a);
-            call_fallback(a, &fallback)?;
+            // rax and rcx stay saved for the fallback, which puts them back.
+            dynasm!(a ; .arch x64 ; =>fail ; gs mov rdx, QWORD [IS2]);
+            call_fallback_saved(a, &fallback)?;
             dynasm!(a ; .arch x64 ; jmp =>back);
         }
         SlowKind::InlineAlt { fail } => inline_jump_alt(a, back, fail),
@@ -4429,18 +4435,24 @@ fn store_arg1(a: &mut Asm, insn: &Instruction, arg1: CallArg) -> Result<(), Stri
         CallArg::Taken => taken(a, insn)?,
         CallArg::Target => target(a, insn)?,
         // The guest rsp, untouched so far (callgrind).
-        CallArg::Sp => dynasm!(a ; .arch x64 ; mov rax, rsp),
+        CallArg::Sp => {
+            dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rsp);
+            return Ok(());
+        }
     }
     dynasm!(a ; .arch x64 ; gs mov QWORD [ARG1], rax);
     Ok(())
 }
 
 fn helper_call(a: &mut Asm, helper: Helper, arg2: u64, back: DynamicLabel) {
-    dynasm!(a
-        ; .arch x64
-        ; mov rax, QWORD arg2 as i64
-        ; gs mov QWORD [ARG2], rax
-    );
+    match i32::try_from(arg2 as i64) {
+        Ok(v) => dynasm!(a ; .arch x64 ; gs mov QWORD [ARG2], v),
+        Err(_) => dynasm!(a
+            ; .arch x64
+            ; mov rax, QWORD arg2 as i64
+            ; gs mov QWORD [ARG2], rax
+        ),
+    }
     helper_call_same_arg2(a, helper, back);
 }
 
