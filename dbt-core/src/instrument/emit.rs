@@ -1641,11 +1641,11 @@ fn inline_jump(
         save_flags(a);
         a.new_dynamic_label()
     };
+    mov_addr(a, RDX, st as u64);
+    mov_addr(a, RAX, rec as u64);
     dynasm!(a
         ; .arch x64
-        ; mov rdx, QWORD st
         ; mov rcx, QWORD [rdx + expect]
-        ; mov rax, QWORD rec
         ; add rcx, QWORD [rax + negk]
         ; jnz =>try_alt
         ; =>alt_back
@@ -1806,10 +1806,10 @@ impl ShortForm {
         dynasm!(a
             ; .arch x64
             ; gs mov QWORD [IS2], rdx
-            ; mov rdx, QWORD self.st as i64
-            ; mov rax, QWORD self.rec as i64
-            ; jmp =>try_ret
         );
+        mov_addr(a, RDX, self.st);
+        mov_addr(a, RAX, self.rec);
+        dynasm!(a ; .arch x64 ; jmp =>try_ret);
     }
 }
 
@@ -1868,9 +1868,9 @@ fn inline_ret(
     );
     // The frame at rax has this block's key and rsp is its sp + 8 (to `fail_r` if not).
     let frame_fits = |a: &mut Asm| {
+        mov_addr(a, RCX, rec as u64);
         dynasm!(a
             ; .arch x64
-            ; mov rcx, QWORD rec
             ; mov rcx, QWORD [rcx + negk]
             ; add rcx, QWORD [rax + fl.key]
             ; jnz =>fail_r
@@ -1911,13 +1911,13 @@ fn inline_ret(
             ; .arch x64
             ; gs mov rsi, QWORD [IS4]
             ; gs mov rbx, QWORD [IS3]
-            ; mov rax, QWORD rec
         );
+        mov_addr(a, RAX, rec as u64);
         enter_inline(a, j, Bases::REGS, false);
     } else {
         dynasm!(a ; .arch x64 ; =>after_charge);
         add_incl_lazy(a, j, RAX);
-        dynasm!(a ; .arch x64 ; mov rax, QWORD rec);
+        mov_addr(a, RAX, rec as u64);
         enter_inline(a, j, Bases::REGS, false);
     }
     // The callee's activation count and the function stack as before the call.
@@ -2565,6 +2565,15 @@ fn load(a: &mut Asm, x: u8, base: Base, off: i32) {
     }
 }
 
+/// `mov reg, addr` in five bytes where `addr` fits 32 bits (zero-extended), else ten.
+#[allow(clippy::useless_conversion)] // dynasm's `Rd(x)` converts the register number
+fn mov_addr(a: &mut Asm, reg: u8, addr: u64) {
+    match u32::try_from(addr) {
+        Ok(v) => dynasm!(a ; .arch x64 ; mov Rd(reg), DWORD v as i32),
+        Err(_) => dynasm!(a ; .arch x64 ; mov Rq(reg), QWORD addr as i64),
+    }
+}
+
 /// `mov [base + off], x`.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
 fn store(a: &mut Asm, base: Base, off: i32, x: u8) {
@@ -2631,9 +2640,9 @@ fn plan_checks(
     let JumpOffsets { exit, base_neg, .. } = JUMP_OFF;
     let p = PLAN_OFF;
     let target = if j.stub { p.stub } else { p.callee };
+    mov_addr(a, RDX, st as u64);
     dynasm!(a
         ; .arch x64
-        ; mov rdx, QWORD st
         ; mov rax, QWORD [rdx + exit]
         ; cmp rax, EXIT_OTHER as i32
         ; jbe =>fail
@@ -2650,7 +2659,10 @@ fn plan_checks(
             ; .arch x64
             ; je >named
             ; sub rax, PLAN_BYTES
-            ; mov rcx, QWORD j.own_plan as i64
+        );
+        mov_addr(a, RCX, j.own_plan);
+        dynasm!(a
+            ; .arch x64
             ; cmp rax, QWORD [rcx + p.armed_by]
             ; jne =>fail
             ; mov rax, rcx
