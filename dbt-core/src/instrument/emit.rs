@@ -143,6 +143,8 @@ enum SlowKind {
         jump: super::calltrack::InlineJump,
         labels: [DynamicLabel; 3],
         fallback: Fallback,
+        /// Whether the fallback may be a shared routine (`shared_fallback`).
+        shared: bool,
     },
     /// The inline jump case's second entry (`inline_jump_alt`), reached when the first
     /// entry's key did not match: back to `back` (the rest of the jump case) when this one
@@ -777,6 +779,7 @@ impl Plan {
                                         arg1,
                                         arg2,
                                     },
+                                    shared: self.shared_scans,
                                 },
                             });
                         } else {
@@ -1487,6 +1490,80 @@ fn call_fallback_saved(a: &mut Asm, f: &Fallback) -> Result<(), String> {
         ; gs mov rax, QWORD [IS0]
     );
     Ok(())
+}
+
+/// `call_fallback_saved` as a shared routine, for the cold path of every block (its ~180
+/// bytes were a tenth of Callgrind's translations): the same calls, entered as the shared
+/// scans are (`enter_shared_fallback`). `None` where it cannot be shared: an argument 1
+/// other than the guest rsp, routines with different `arg0`s, an `arg2` beyond 32 bits, no
+/// memory for code.
+fn shared_fallback(f: &Fallback) -> Option<u64> {
+    if !matches!(f.arg1, CallArg::Sp) || f.fast.arg0 != f.slow.arg0 || !f.fast.integer_only {
+        return None;
+    }
+    let arg2 = i32::try_from(f.arg2 as i64).ok()?;
+    let key = RoutineKey::Fallback(
+        f.fast.func as usize as u64,
+        f.slow.func as usize as u64,
+        f.arg2,
+    );
+    shared_routine(key, |at| fallback_routine(f, arg2, at))
+}
+
+/// The code of `shared_fallback`'s routine placed at `at`: entered by a `call` on the scan
+/// stack with the routines' `arg0` in `gs:[ARG0]`, the guest rsp in `gs:[SCAN_RSP]`, guest
+/// rax and rcx saved (both free) and `gs:[IS2]` free; keeps rdx and the flags.
+fn fallback_routine(f: &Fallback, arg2: i32, at: u64) -> Option<Vec<u8>> {
+    let mut a = Asm::new(at as usize);
+    let (after_fast, done) = (a.new_dynamic_label(), a.new_dynamic_label());
+    let (fast, slow) = (f.fast.func as usize as i64, f.slow.func as usize as i64);
+    dynasm!(a
+        ; .arch x64
+        // `arg0` again for the slow routine: the fast one's result takes its slot.
+        ; gs mov rax, QWORD [ARG0]
+        ; gs mov QWORD [IS2], rax
+        ; gs mov rax, QWORD [SCAN_RSP]
+        ; gs mov QWORD [ARG1], rax
+        ; gs mov QWORD [ARG2], arg2
+        ; mov rax, QWORD fast
+        ; gs mov QWORD [HFN], rax
+        ; lea rax, [=>after_fast]
+        ; gs mov QWORD [HRET], rax
+        ; gs jmp QWORD [TRAMP_INT]
+        ; =>after_fast
+        ; gs mov rcx, QWORD [ARG0]
+        ; jrcxz =>done
+        ; gs mov rax, QWORD [IS2]
+        ; gs mov QWORD [ARG0], rax
+        ; mov rax, QWORD slow
+        ; gs mov QWORD [HFN], rax
+        ; lea rax, [=>done]
+        ; gs mov QWORD [HRET], rax
+    );
+    if f.slow.integer_only {
+        dynasm!(a ; .arch x64 ; gs jmp QWORD [TRAMP_INT]);
+    } else {
+        dynasm!(a ; .arch x64 ; gs jmp QWORD [TRAMP]);
+    }
+    dynasm!(a ; .arch x64 ; =>done ; ret);
+    a.finalize().ok()
+}
+
+/// Calls `shared_fallback`'s routine with `arg0` on the thread's scan stack (the guest's
+/// stays untouched), guest rax and rcx saved in `gs:[IS0]`/`gs:[IS1]`, and puts them back.
+fn enter_shared_fallback(a: &mut Asm, arg0: u64, routine: u64) {
+    dynasm!(a
+        ; .arch x64
+        ; mov rax, QWORD arg0 as i64
+        ; gs mov QWORD [ARG0], rax
+        ; gs mov QWORD [SCAN_RSP], rsp
+        ; gs mov rsp, QWORD [SCAN_TOP]
+        ; mov rax, QWORD routine as i64
+        ; call rax
+        ; gs mov rsp, QWORD [SCAN_RSP]
+        ; gs mov rcx, QWORD [IS1]
+        ; gs mov rax, QWORD [IS0]
+    );
 }
 
 /// The words of the tool's running cost before its miss slots (`InlineJump::cost_words`):
@@ -3057,13 +3134,17 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             jump,
             labels: [miss, try_ret, fail],
             fallback,
+            shared,
         } => {
             short.emit_cold(a, &jump, (miss, back, try_ret));
             // The return and call cases end here when they do not apply (the flags put
             // back).
             // rax and rcx stay saved for the fallback, which puts them back.
             dynasm!(a ; .arch x64 ; =>fail ; gs mov rdx, QWORD [IS2]);
-            call_fallback_saved(a, &fallback)?;
+            match shared.then(|| shared_fallback(&fallback)).flatten() {
+                Some(routine) => enter_shared_fallback(a, fallback.fast.arg0, routine),
+                None => call_fallback_saved(a, &fallback)?,
+            }
             dynasm!(a ; .arch x64 ; jmp =>back);
         }
         SlowKind::InlineAlt { fail } => inline_jump_alt(a, back, fail),
@@ -3702,6 +3783,9 @@ enum RoutineKey {
     /// A data check's whole out-of-line part past way 2 (`shared_data_access`): the scan's
     /// key and the straddle helper.
     Access(u64, u64, u64, u64, u64),
+    /// Callgrind's block-start fallback (`shared_fallback`): the fast and slow routines and
+    /// the second argument.
+    Fallback(u64, u64, u64),
 }
 
 static SHARED_SCANS: std::sync::Mutex<Option<SharedScans>> = std::sync::Mutex::new(None);
