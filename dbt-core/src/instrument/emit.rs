@@ -1516,7 +1516,6 @@ fn shared_fallback(f: &Fallback) -> Option<u64> {
 fn fallback_routine(f: &Fallback, arg2: i32, at: u64) -> Option<Vec<u8>> {
     let mut a = Asm::new(at as usize);
     let (after_fast, done) = (a.new_dynamic_label(), a.new_dynamic_label());
-    let (fast, slow) = (f.fast.func as usize as i64, f.slow.func as usize as i64);
     dynasm!(a
         ; .arch x64
         // `arg0` again for the slow routine: the fast one's result takes its slot.
@@ -1525,26 +1524,17 @@ fn fallback_routine(f: &Fallback, arg2: i32, at: u64) -> Option<Vec<u8>> {
         ; gs mov rax, QWORD [SCAN_RSP]
         ; gs mov QWORD [ARG1], rax
         ; gs mov QWORD [ARG2], arg2
-        ; mov rax, QWORD fast
-        ; gs mov QWORD [HFN], rax
-        ; lea rax, [=>after_fast]
-        ; gs mov QWORD [HRET], rax
-        ; gs jmp QWORD [TRAMP_INT]
+    );
+    trampoline_call(&mut a, f.fast.func, true, after_fast);
+    dynasm!(a
+        ; .arch x64
         ; =>after_fast
         ; gs mov rcx, QWORD [ARG0]
         ; jrcxz =>done
         ; gs mov rax, QWORD [IS2]
         ; gs mov QWORD [ARG0], rax
-        ; mov rax, QWORD slow
-        ; gs mov QWORD [HFN], rax
-        ; lea rax, [=>done]
-        ; gs mov QWORD [HRET], rax
     );
-    if f.slow.integer_only {
-        dynasm!(a ; .arch x64 ; gs jmp QWORD [TRAMP_INT]);
-    } else {
-        dynasm!(a ; .arch x64 ; gs jmp QWORD [TRAMP]);
-    }
+    trampoline_call(&mut a, f.slow.func, f.slow.integer_only, done);
     dynasm!(a ; .arch x64 ; =>done ; ret);
     a.finalize().ok()
 }
@@ -1552,15 +1542,9 @@ fn fallback_routine(f: &Fallback, arg2: i32, at: u64) -> Option<Vec<u8>> {
 /// Calls `shared_fallback`'s routine with `arg0` on the thread's scan stack (the guest's
 /// stays untouched), guest rax and rcx saved in `gs:[IS0]`/`gs:[IS1]`, and puts them back.
 fn enter_shared_fallback(a: &mut Asm, arg0: u64, routine: u64) {
+    call_on_scan_stack(a, RAX, arg0, routine);
     dynasm!(a
         ; .arch x64
-        ; mov rax, QWORD arg0 as i64
-        ; gs mov QWORD [ARG0], rax
-        ; gs mov QWORD [SCAN_RSP], rsp
-        ; gs mov rsp, QWORD [SCAN_TOP]
-        ; mov rax, QWORD routine as i64
-        ; call rax
-        ; gs mov rsp, QWORD [SCAN_RSP]
         ; gs mov rcx, QWORD [IS1]
         ; gs mov rax, QWORD [IS0]
     );
@@ -4039,14 +4023,22 @@ fn data_scan_routine(cache: MruCache, after_miss: AfterMiss, at: u64) -> Option<
 /// it expects them, on the thread's scan stack (the guest's stays untouched); it comes back
 /// to the code after this with rdx and the flags clobbered.
 fn enter_shared_scan(a: &mut Asm, arg0: u64, routine: u64) {
+    call_on_scan_stack(a, RDX, arg0, routine);
+}
+
+/// Calls a shared routine with `arg0` in `gs:[ARG0]` on the thread's scan stack (the guest's
+/// stays untouched; the routine finds the guest rsp in `gs:[SCAN_RSP]`), clobbering
+/// `scratch`.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
+fn call_on_scan_stack(a: &mut Asm, scratch: u8, arg0: u64, routine: u64) {
     dynasm!(a
         ; .arch x64
-        ; mov rdx, QWORD arg0 as i64
-        ; gs mov QWORD [ARG0], rdx
+        ; mov Rq(scratch), QWORD arg0 as i64
+        ; gs mov QWORD [ARG0], Rq(scratch)
         ; gs mov QWORD [SCAN_RSP], rsp
         ; gs mov rsp, QWORD [SCAN_TOP]
-        ; mov rdx, QWORD routine as i64
-        ; call rdx
+        ; mov Rq(scratch), QWORD routine as i64
+        ; call Rq(scratch)
         ; gs mov rsp, QWORD [SCAN_RSP]
     );
 }
@@ -4172,17 +4164,12 @@ fn queue_push(
 /// routine's caller, `arg1` in `gs:[ARG1]`) with `arg2`: the trampoline comes back to
 /// `done`, the routine's `ret`, with rsp on the scan stack again.
 fn routine_helper_call(a: &mut Asm, helper: Helper, arg2: i32, done: DynamicLabel) {
-    let f = helper.func as usize as i64;
     dynasm!(a
         ; .arch x64
         ; mov eax, arg2
         ; gs mov QWORD [ARG2], rax
-        ; mov rax, QWORD f
-        ; gs mov QWORD [HFN], rax
-        ; lea rax, [=>done]
-        ; gs mov QWORD [HRET], rax
-        ; gs jmp QWORD [TRAMP_INT]
     );
+    trampoline_call(a, helper.func, true, done);
 }
 
 /// Caches of up to this many ways get `l1_scan`'s straight-line way scan and shift; larger
@@ -4555,17 +4542,30 @@ fn helper_call(a: &mut Asm, helper: Helper, arg2: u64, back: DynamicLabel) {
 /// `helper_call` after another call with the same `arg2` (the trampolines leave
 /// `gs:[helper_args + 16]` alone; only `arg0` is overwritten, with the result).
 fn helper_call_same_arg2(a: &mut Asm, helper: Helper, back: DynamicLabel) {
-    let f = helper.func as usize as i64;
     dynasm!(a
         ; .arch x64
         ; mov rax, QWORD helper.arg0 as i64
         ; gs mov QWORD [ARG0], rax
-        ; mov rax, QWORD f
+    );
+    trampoline_call(a, helper.func, helper.integer_only, back);
+}
+
+/// Calls `func` (its arguments in `gs:[helper_args]` already) through the lean trampoline
+/// (`integer_only`) or the full one, which comes back to `back`; clobbers rax.
+fn trampoline_call(
+    a: &mut Asm,
+    func: extern "C" fn(u64, u64, u64) -> u64,
+    integer_only: bool,
+    back: DynamicLabel,
+) {
+    dynasm!(a
+        ; .arch x64
+        ; mov rax, QWORD func as usize as i64
         ; gs mov QWORD [HFN], rax
         ; lea rax, [=>back]
         ; gs mov QWORD [HRET], rax
     );
-    if helper.integer_only {
+    if integer_only {
         dynasm!(a ; .arch x64 ; gs jmp QWORD [TRAMP_INT]);
     } else {
         dynasm!(a ; .arch x64 ; gs jmp QWORD [TRAMP]);
