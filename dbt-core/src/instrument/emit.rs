@@ -4004,7 +4004,11 @@ fn shared_routine(key: RoutineKey, code: impl Fn(u64) -> Option<Vec<u8>>) -> Opt
     // SAFETY: `at..at + len` is unused space of a writable code mapping (`map_shared_code`);
     // nothing jumps there before this routine is returned.
     unsafe { core::ptr::copy_nonoverlapping(code.as_ptr(), at as *mut u8, code.len()) };
-    crate::perfmap::publish_one(at, code.len(), "shared-scan");
+    let name = match key {
+        RoutineKey::Fallback(..) => "shared-fallback",
+        RoutineKey::Scan(..) | RoutineKey::Access(..) => "shared-scan",
+    };
+    crate::perfmap::publish_one(at, code.len(), name);
     shared.next = (at + code.len() as u64 + 63) & !63;
     shared.routines.insert(key, at);
     Some(at)
