@@ -2791,22 +2791,18 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
             ; mov rcx, QWORD [rdx + JUMP_OFF.ir]
             ; mov QWORD [rsi + fl.enter_ir], rcx
         );
-    }
-    let words = if j.eager.is_some() {
-        j.cost_words as i32
     } else {
-        0
-    };
-    for k in 0..words {
-        dynasm!(a
-            ; .arch x64
-            ; mov rcx, QWORD [rdx + run_ir]
-            ; mov rcx, QWORD [rcx + 8 * k]
-        );
-        if let Some(d) = cost_delta(k) {
-            dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
+        for k in 0..j.cost_words as i32 {
+            dynasm!(a
+                ; .arch x64
+                ; mov rcx, QWORD [rdx + run_ir]
+                ; mov rcx, QWORD [rcx + 8 * k]
+            );
+            if let Some(d) = cost_delta(k) {
+                dynasm!(a ; .arch x64 ; add rcx, QWORD [rdx + d]);
+            }
+            dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.enter_ir + 8 * k], rcx);
         }
-        dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.enter_ir + 8 * k], rcx);
     }
     dynasm!(a
         ; .arch x64

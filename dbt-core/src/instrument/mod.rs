@@ -886,6 +886,10 @@ pub(crate) fn block_view<'a>(
     }
 }
 
+/// rsp's bit in the register masks (bit n = register n, rax = 0 .. r15 = 15): never dead,
+/// never a scratch.
+const RSP: u16 = 1 << 4;
+
 /// The six arithmetic flags.
 const ARITH: u32 = RflagsBits::OF
     | RflagsBits::SF
@@ -980,7 +984,6 @@ pub(crate) fn gpr_dead_and_written(
     factory: &mut InstructionInfoFactory,
     exit: ExitLiveness,
 ) -> (Vec<u16>, Vec<u16>) {
-    const RSP: u16 = 1 << 4;
     let n = view.insns.len();
     let mut dead = vec![0u16; n];
     let mut written = vec![u16::MAX; n];
@@ -1097,7 +1100,6 @@ pub(crate) fn entry_liveness(
     exit: ExitLiveness,
     factory: &mut InstructionInfoFactory,
 ) -> ExitLiveness {
-    const RSP: u16 = 1 << 4;
     // Read before being overwritten, and overwritten before being read.
     let (mut read, mut killed) = (0u16, 0u16);
     let (mut flags_read, mut flags_killed) = (0u32, 0u32);
@@ -1176,7 +1178,6 @@ pub(crate) fn plan_block(
             Op::CallFallbackInline { insn: 0, .. } | Op::Rep { .. } | Op::Call { .. }
         )
     }) && rsp_rise.is_none();
-    const RSP: u16 = 1 << 4;
     let local = (needs_dead && start_only && !live.first().copied().unwrap_or(true))
         .then(|| gpr_dead_and_written(&view, &mut factory, ExitLiveness::ALL_LIVE))
         .filter(|(dead, _)| dead.first().is_some_and(|&d| d & !RSP != 0));
@@ -1329,6 +1330,6 @@ mod tests {
         );
         assert_eq!(d[2] & RCX, RCX);
         // rsp is never handed out.
-        assert!(d.iter().all(|m| m & (1 << 4) == 0));
+        assert!(d.iter().all(|m| m & RSP == 0));
     }
 }
