@@ -1252,7 +1252,7 @@ impl Tool for Callgrind {
                 ends_plain: bb.arms_jump_key(),
                 addr: bb.addr,
                 ends_ret: bb.plain_ret(),
-                ends_call: (bb.exit == Exit::Call && bb.rep.is_empty()) || bb.tail_jump,
+                ends_call: bb.arms_plans(),
                 entry: bb.is_entry,
                 call_case,
                 ret_case,

@@ -375,6 +375,13 @@ impl BlockInfo {
         self.plain_exit && !self.tail_jump
     }
 
+    /// Ends in a call (and has no `rep` instruction) or is a tail call: its end arms its
+    /// cost centre's plans (`JumpState::exit`), so only its cost centres have any.
+    #[inline(always)]
+    pub fn arms_plans(&self) -> bool {
+        (self.exit == Exit::Call && self.rep.is_empty()) || self.tail_jump
+    }
+
     /// The block is being entered from `from` through Rust: a call or return into it that
     /// an inline case its translation lacks would have taken asks for it to be translated
     /// again with that case (blocks get those cases only where calls and returns were seen
@@ -587,8 +594,10 @@ pub struct Bbcc {
     pub last_jump: u64,
     /// The inline call path's plans of the last fast-path calls from here into two callees
     /// (an indirect call site often alternates between two: `plan_for`); the inline code
-    /// is given the first's address and tries the second after it.
-    pub plan: [CallPlan; 2],
+    /// is given the first's address and tries the second after it. Only where the block
+    /// arms them (`BlockInfo::arms_plans`): the two take 368 bytes, and a short run makes
+    /// tens of thousands of cost centres, most of them never calling.
+    pub plan: Option<Box<[CallPlan; 2]>>,
 }
 
 impl Bbcc {
@@ -596,28 +605,32 @@ impl Bbcc {
     /// `bb`, else an unused one, else `bb`'s own plan (`own`: for direct calls and tail
     /// calls), now armed by this cost centre; without it the second plan (the first keeps
     /// the callee planned first).
-    fn plan_for(&self, bb: &BlockInfo, own: bool) -> &CallPlan {
+    fn plan_for(&self, bb: &BlockInfo, own: bool) -> Option<&CallPlan> {
+        let plan = self.plan.as_deref()?;
         let r = Ordering::Relaxed;
         let this = bb as *const BlockInfo as u64;
         let free_or_named = |p: &CallPlan| {
             let c = p.callee.load(r);
             c == 0 || c == this
         };
-        if free_or_named(&self.plan[0]) {
-            return &self.plan[0];
+        if free_or_named(&plan[0]) {
+            return Some(&plan[0]);
         }
-        match bb.own_plan.get() {
-            Some(o) if own && !free_or_named(&self.plan[1]) => {
+        Some(match bb.own_plan.get() {
+            Some(o) if own && !free_or_named(&plan[1]) => {
                 o.armed_by.store(self.plans(), r);
                 o
             }
-            _ => &self.plan[1],
-        }
+            _ => &plan[1],
+        })
     }
 
-    /// The address inline code is given for the plans (`CallPlan`).
+    /// The address inline code is given for the plans (`CallPlan`); 0 (no plan) where the
+    /// block arms none.
     fn plans(&self) -> u64 {
-        &self.plan[0] as *const CallPlan as u64
+        self.plan
+            .as_deref()
+            .map_or(0, |p| &p[0] as *const CallPlan as u64)
     }
 }
 
@@ -1220,7 +1233,9 @@ impl Runtime {
             adj: 0,
             miss: vec![0; bb.n_insns as usize * self.miss_slots].into_boxed_slice(),
             last_jump: u64::MAX,
-            plan: [CallPlan::new(), CallPlan::new()],
+            plan: bb
+                .arms_plans()
+                .then(|| Box::new([CallPlan::new(), CallPlan::new()])),
         }));
         self.bbcc_map.insert(key, id);
         id
@@ -1707,7 +1722,11 @@ impl Runtime {
                 Some(jc) => &jc.count as *const u64 as u64,
                 None => return true,
             };
-            let Some(p) = self.bbccs.get(from as usize).map(|c| c.plan_for(bb, true)) else {
+            let Some(p) = self
+                .bbccs
+                .get(from as usize)
+                .and_then(|c| c.plan_for(bb, true))
+            else {
                 return true;
             };
             let r = Ordering::Relaxed;
@@ -2188,7 +2207,9 @@ impl Runtime {
                 return true;
             };
             let sink = core::ptr::addr_of_mut!(fc.skipped[R_IR]) as u64;
-            let p = fc.plan_for(bb, !(via_stub || tail_stub));
+            let Some(p) = fc.plan_for(bb, !(via_stub || tail_stub)) else {
+                return true;
+            };
             let r = Ordering::Relaxed;
             if via_stub || tail_stub {
                 // (A tail call's plan has `ret_addr` 0: the frame takes the key of the frame
