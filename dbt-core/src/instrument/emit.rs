@@ -2188,54 +2188,39 @@ fn inline_call(
     let JumpOffsets {
         expect,
         top,
-        frame,
         nonskipped,
         ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
-    let fl = j.frame;
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
     let (tail, entered) = (a.new_dynamic_label(), a.new_dynamic_label());
     plan_checks(a, j, (fail_here, Some(tail)), flags_dead, at_start);
+    let via_stub = a.new_dynamic_label();
     dynasm!(a
         ; .arch x64
         // A direct call: nothing to unwind and the frame below stays (rsp + 8 <= top_sp).
-        // Through a stub (the stub case ran): the stub's frame is the top one, at rsp.
         ; cmp QWORD [rdx + nonskipped], -1
-        ; jne >via_stub
+        ; jne =>via_stub
         ; cmp QWORD [rax + p.stub], 0
         ; jne =>fail_here
         ; lea rcx, [rsp + 8]
         ; cmp rcx, QWORD [rdx + top]
         ; ja =>fail_here
-        ; jmp >placed
-        ; via_stub:
+    );
+    // The two kinds of call each have their own copy of the rest, so that neither tests
+    // the skipped state again (three tests a call, ~1% of a call-bound run).
+    call_frame(a, j, StubState::Clear, fail_saved);
+    dynasm!(a
+        ; .arch x64
+        ; jmp =>entered
+        // Through a stub (the stub case ran): the stub's frame is the top one, at rsp.
+        ; =>via_stub
         ; cmp QWORD [rax + p.stub], 0
         ; je =>fail_here
         ; cmp rsp, QWORD [rdx + top]
         ; jne =>fail_here
-        ; placed:
     );
-    call_frame_slot(a, j, fail_saved);
-    // The frame (after a stub: at its sp, with its skipped state and next_sp).
-    call_frame_arc(a, j);
-    dynasm!(a
-        ; .arch x64
-        ; mov QWORD [rsi + fl.sp], rsp
-        ; mov rcx, QWORD [rax + p.ret_addr]
-        ; mov QWORD [rsi + fl.ret_addr], rcx
-        ; mov rcx, QWORD [rax + p.ret_key]
-        ; mov QWORD [rsi + fl.key], rcx
-        ; mov rcx, QWORD [rdx + top]
-        ; cmp QWORD [rdx + nonskipped], -1
-        ; je >next_sp
-        ; mov rcx, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rcx + fl.next_sp]
-        ; next_sp:
-        ; mov QWORD [rsi + fl.next_sp], rcx
-    );
-    frame_top(a, j);
-    call_frame_enter(a, j);
+    call_frame(a, j, StubState::Set, fail_saved);
     dynasm!(a ; .arch x64 ; =>entered);
     if j.ends_plain {
         dynasm!(a
@@ -2257,6 +2242,51 @@ fn inline_call(
         flags_dead,
         at_start,
     );
+}
+
+/// Whether the stub case ran before a call case (the skipped state is set, its frame the
+/// top one), where the emitted code knows it; `Tested` at run time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StubState {
+    Clear,
+    Set,
+    Tested,
+}
+
+/// The call case's frame and entry after its checks (rax = the plan, rdx = the state),
+/// for a direct call (`Clear`) or one through a stub (`Set`: the frame after the stub's,
+/// with its skipped state and next_sp). Else to `fail_saved`.
+fn call_frame(
+    a: &mut Asm,
+    j: &super::calltrack::InlineJump,
+    stub: StubState,
+    fail_saved: DynamicLabel,
+) {
+    let JumpOffsets { top, frame, .. } = JUMP_OFF;
+    let p = PLAN_OFF;
+    let fl = j.frame;
+    call_frame_slot(a, j, fail_saved);
+    call_frame_arc(a, j, stub);
+    dynasm!(a
+        ; .arch x64
+        ; mov QWORD [rsi + fl.sp], rsp
+        ; mov rcx, QWORD [rax + p.ret_addr]
+        ; mov QWORD [rsi + fl.ret_addr], rcx
+        ; mov rcx, QWORD [rax + p.ret_key]
+        ; mov QWORD [rsi + fl.key], rcx
+    );
+    if stub == StubState::Set {
+        dynasm!(a
+            ; .arch x64
+            ; mov rcx, QWORD [rdx + frame]
+            ; mov rcx, QWORD [rcx + fl.next_sp]
+        );
+    } else {
+        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rdx + top]);
+    }
+    dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.next_sp], rcx);
+    frame_top(a, j);
+    call_frame_enter(a, j, stub);
 }
 
 /// The call case's tail form (entered from `plan_checks` with rax = a plan whose return
@@ -2307,7 +2337,7 @@ fn inline_tail_call(
         ; checked:
     );
     call_frame_slot(a, j, fail_saved);
-    call_frame_arc(a, j);
+    call_frame_arc(a, j, StubState::Tested);
     dynasm!(a
         ; .arch x64
         ; mov rcx, QWORD [rdx + top]
@@ -2330,7 +2360,7 @@ fn inline_tail_call(
         ; mov rcx, QWORD [rsi + fl.sp]
         ; mov QWORD [rdx + top], rcx
     );
-    call_frame_enter(a, j);
+    call_frame_enter(a, j, StubState::Tested);
 }
 
 /// A tail jump out of the top frame's function (rdx = the state; no skipped function
@@ -2389,9 +2419,9 @@ fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: Dy
 /// that come from the plan and the state alike: the activation count
 /// before (then the plan's increment), the arc (its count + 1), its inclusive Ir, the
 /// caller's context, the skipped state and the bytes its return pops.
-fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump) {
+fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump, stub: StubState) {
     if j.eager.is_none() {
-        lazy_call_charge(a);
+        lazy_call_charge(a, stub);
     }
     let JumpOffsets { nonskipped, .. } = JUMP_OFF;
     let p = PLAN_OFF;
@@ -2421,18 +2451,25 @@ fn call_frame_arc(a: &mut Asm, j: &super::calltrack::InlineJump) {
 /// After a call case pushed its frame (`frame_top`): the skipped state ends, the callee's
 /// function goes on the function stack (when the plan says so) and this block, with the
 /// planned cost centre, is the last one.
-fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump) {
+fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump, stub: StubState) {
     let JumpOffsets {
         fn_top, nonskipped, ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
+    match stub {
+        StubState::Clear => {}
+        StubState::Set => dynasm!(a ; .arch x64 ; mov QWORD [rdx + nonskipped], -1),
+        // Stored only after the stub case: a store costs more than the test.
+        StubState::Tested => dynasm!(a
+            ; .arch x64
+            ; cmp QWORD [rdx + nonskipped], -1
+            ; je >ended
+            ; mov QWORD [rdx + nonskipped], -1
+            ; ended:
+        ),
+    }
     dynasm!(a
         ; .arch x64
-        // Stored only after the stub case: a store costs more than the test.
-        ; cmp QWORD [rdx + nonskipped], -1
-        ; je >ended
-        ; mov QWORD [rdx + nonskipped], -1
-        ; ended:
         ; cmp QWORD [rax + p.push_fn], 0
         ; je >pushed
         ; mov rcx, QWORD [rdx + fn_top]
@@ -2461,7 +2498,7 @@ fn call_frame_enter(a: &mut Asm, j: &super::calltrack::InlineJump) {
 /// callee's activation count): as the jump case does, or after the stub case the stub's Ir
 /// to the caller's skipped-cost sink, without an execution (the running Ir has it since
 /// the stub case).
-fn lazy_call_charge(a: &mut Asm) {
+fn lazy_call_charge(a: &mut Asm, stub: StubState) {
     let JumpOffsets {
         lcount,
         uncounted,
@@ -2470,27 +2507,36 @@ fn lazy_call_charge(a: &mut Asm) {
         ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
-    dynasm!(a
-        ; .arch x64
-        ; cmp QWORD [rdx + nonskipped], -1
-        ; jne >stub_charge
-    );
-    count_previous(a, Bases::REGS);
-    dynasm!(a
-        ; .arch x64
-        ; jmp >charged
-        // The stub's execution, counted on no counter.
-        ; stub_charge:
-        ; inc QWORD [rdx + uncounted]
-        ; mov rcx, QWORD [rax + p.sink]
-        ; mov rbx, QWORD [rdx + lcount]
-        ; mov rbx, QWORD [rbx + 8]
-        ; add QWORD [rcx], rbx
-        ; mov rbx, QWORD [rax + p.to_fn]
-        ; shl rbx, 2
-        ; add rbx, QWORD [rdx + fn_active]
-        ; charged:
-    );
+    if stub == StubState::Tested {
+        dynasm!(a
+            ; .arch x64
+            ; cmp QWORD [rdx + nonskipped], -1
+            ; jne >stub_charge
+        );
+    }
+    if stub != StubState::Set {
+        count_previous(a, Bases::REGS);
+    }
+    if stub == StubState::Tested {
+        dynasm!(a ; .arch x64 ; jmp >charged ; stub_charge:);
+    }
+    if stub != StubState::Clear {
+        dynasm!(a
+            ; .arch x64
+            // The stub's execution, counted on no counter.
+            ; inc QWORD [rdx + uncounted]
+            ; mov rcx, QWORD [rax + p.sink]
+            ; mov rbx, QWORD [rdx + lcount]
+            ; mov rbx, QWORD [rbx + 8]
+            ; add QWORD [rcx], rbx
+            ; mov rbx, QWORD [rax + p.to_fn]
+            ; shl rbx, 2
+            ; add rbx, QWORD [rdx + fn_active]
+        );
+    }
+    if stub == StubState::Tested {
+        dynasm!(a ; .arch x64 ; charged:);
+    }
 }
 
 /// Charges `n` executions of a self-loop's block that its later copies deferred
