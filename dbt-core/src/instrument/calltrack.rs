@@ -164,6 +164,8 @@ pub struct JumpState {
     /// How many functions `fn_active` holds. A call plan is shared by the threads (cost
     /// centres are, without `--separate-threads`) and may name a function a thread has not
     /// seen yet: the call case leaves that to the tool (which grows the thread's table).
+    /// 0 while the frame cases are disarmed (`stack_base_neg` 0): the call cases test
+    /// only this.
     pub fn_len: AtomicU64,
     /// The thread's function stack: first slot, next free slot, end of its capacity
     /// (`*mut u32`).

@@ -2381,7 +2381,8 @@ fn tail_from_top(a: &mut Asm, j: &super::calltrack::InlineJump, fail_here: Dynam
 /// The call cases' checks before a frame is pushed (rax = the plan, rdx = the state; rbx
 /// and rsi are saved here): the callee's activation count (rbx then points at it) gives the
 /// planned recursion level (`lo ..= lo + span`), rsi = a free frame slot and the function
-/// stack has room. Else to `fail_saved`.
+/// stack has room. Else to `fail_saved`, as always while the frame cases are disarmed: the
+/// state then holds no functions (`JumpState::fn_len` 0).
 fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: DynamicLabel) {
     let JumpOffsets {
         fn_active,
@@ -2722,9 +2723,10 @@ fn inc_at(a: &mut Asm, x: u8) {
 /// The start of every case on a `CallPlan`: rax, rcx, rdx saved (`at_start`; else they are)
 /// and the flags (unless dead), then the checks: rdx = the state, rax = the armed cost
 /// centre's plan that names this block (`callee`, or `stub` for the stub case: the first
-/// plan or the second after it), whose return address
-/// is `[rsp]`, the running thread owns the state and the frame cases are armed. Else to
-/// `fail`; a tail call's plan (return address 0) to `tail` (to `fail` without one).
+/// plan or the second after it), whose return address is `[rsp]`. Else to `fail`; a tail
+/// call's plan (return address 0) to `tail` (to `fail` without one). Whether the frame
+/// cases are armed is left to the cases (one test fewer a call): the call cases find out
+/// by the function count (`call_frame_slot`), the stub case by the stack's base.
 fn plan_checks(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
@@ -2744,7 +2746,7 @@ fn plan_checks(
         save_flags(a);
     }
     let st = j.state as *const super::calltrack::JumpState as i64;
-    let JumpOffsets { exit, base_neg, .. } = JUMP_OFF;
+    let JumpOffsets { exit, .. } = JUMP_OFF;
     let p = PLAN_OFF;
     let target = if j.stub { p.stub } else { p.callee };
     mov_addr(a, RDX, st as u64);
@@ -2780,8 +2782,6 @@ fn plan_checks(
     dynasm!(a
         ; .arch x64
         ; named:
-        ; cmp QWORD [rdx + base_neg], 0
-        ; je =>fail
         ; mov rcx, QWORD [rax + p.ret_addr]
         ; test rcx, rcx
         ; jz =>tail.unwrap_or(fail)
@@ -2951,9 +2951,12 @@ fn inline_stub(
     // A call into the stub: its frame at rsp, the frame below stays (rsp + 8 <= top_sp). A
     // tail call (`jmp` into the stub, see `inline_tail_call`): at the
     // top frame's sp (rsp <= top_sp), with no skipped function active, that frame
-    // returning into a known context.
+    // returning into a known context. The frame cases must be armed (the call cases find
+    // them disarmed by the function count, `call_frame_slot`).
     dynasm!(a
         ; .arch x64
+        ; cmp QWORD [rdx + JUMP_OFF.base_neg], 0
+        ; je =>fail_here
         ; lea rcx, [rsp + 8]
         ; cmp rcx, QWORD [rdx + top]
         ; ja =>fail_here

@@ -2742,6 +2742,7 @@ impl Runtime {
             .ret_frame
             .store(EMPTY_FRAME.as_ptr() as u64, Ordering::Relaxed);
         js.stack_base_neg.store(0, Ordering::Relaxed);
+        js.fn_len.store(0, Ordering::Relaxed);
         js.exit.store(EXIT_OTHER, Ordering::Relaxed);
         js.nonskipped.store(u64::MAX, Ordering::Relaxed);
     }
