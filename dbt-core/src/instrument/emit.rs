@@ -1927,12 +1927,28 @@ fn inline_ret(
         a.new_dynamic_label(),
         a.new_dynamic_label(),
     );
+    // With the state and the record at 32-bit addresses rdx is free once the arc is
+    // charged, and the frame stays in rax to the end (else rax is loaded again twice).
+    let abs = below_2gib(j.state) && below_2gib(j.rec);
+    let b = if abs {
+        Bases {
+            st: Base::Abs(j.state as *const super::calltrack::JumpState as i32),
+            rec: Base::Abs(rec as i32),
+            x: RCX,
+        }
+    } else {
+        Bases::REGS
+    };
     // The frame at rax has this block's key and rsp is its sp + 8 (to `fail_r` if not).
     let frame_fits = |a: &mut Asm| {
-        mov_addr(a, RCX, rec as u64);
+        if abs {
+            load(a, RCX, b.rec, negk);
+        } else {
+            mov_addr(a, RCX, rec as u64);
+            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rcx + negk]);
+        }
         dynasm!(a
             ; .arch x64
-            ; mov rcx, QWORD [rcx + negk]
             ; add rcx, QWORD [rax + fl.key]
             ; jnz =>fail_r
             ; lea rcx, [rsp - 8]
@@ -1973,47 +1989,56 @@ fn inline_ret(
             ; gs mov rsi, QWORD [IS4]
             ; gs mov rbx, QWORD [IS3]
         );
-        mov_addr(a, RAX, rec as u64);
-        enter_inline(a, j, Bases::REGS, false);
     } else {
         dynasm!(a ; .arch x64 ; =>after_charge);
-        add_incl_lazy(a, j, RAX);
+        if abs {
+            add_incl_lazy(a, j, RAX, RDX);
+        } else {
+            add_incl_lazy(a, j, RAX, RAX);
+        }
+    }
+    if !abs {
         mov_addr(a, RAX, rec as u64);
-        enter_inline(a, j, Bases::REGS, false);
     }
+    enter_inline(a, j, b, false);
     // The callee's activation count and the function stack as before the call.
-    dynasm!(a ; .arch x64 ; mov rax, QWORD [rdx + frame]);
-    restore_active(a, j, RAX);
-    dynasm!(a
-        ; .arch x64
-        ; mov rax, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rax + fl.fn_sp]
-        ; shl rcx, 2
-        ; add rcx, QWORD [rdx + fn_base]
-        ; mov QWORD [rdx + fn_top], rcx
-        // The blocks that follow: the frame's key and next_sp.
-        ; mov rcx, QWORD [rax + fl.next_sp]
-        ; mov QWORD [rdx + top], rcx
-    );
-    if j.ends_plain {
-        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rax + fl.key] ; mov QWORD [rdx + expect], rcx);
+    if abs {
+        restore_active(a, j, RAX, RDX, b.st);
     } else {
-        dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
+        dynasm!(a ; .arch x64 ; mov rax, QWORD [rdx + frame]);
+        restore_active(a, j, RAX, RAX, b.st);
+        dynasm!(a ; .arch x64 ; mov rax, QWORD [rdx + frame]);
     }
+    load(a, RCX, Base::Rax, fl.fn_sp);
+    dynasm!(a ; .arch x64 ; shl rcx, 2);
+    add_load(a, RCX, b.st, fn_base);
+    store(a, b.st, fn_top, RCX);
+    // The blocks that follow: the frame's key and next_sp.
+    load(a, RCX, Base::Rax, fl.next_sp);
+    store(a, b.st, top, RCX);
+    if j.ends_plain {
+        load(a, RCX, Base::Rax, fl.key);
+        store(a, b.st, expect, RCX);
+    } else {
+        store_imm(a, b.st, expect, -1);
+    }
+    // The frame `drop` bytes below becomes the top one; below the bottom frame, the empty
+    // frame.
     dynasm!(a
         ; .arch x64
-        // The frame `drop` bytes below becomes the top one; below the bottom frame, the
-        // empty frame.
         ; mov ecx, DWORD [rax + fl.drop]
         ; sub rax, rcx
-        ; mov rcx, QWORD [rdx + base_neg]
+    );
+    load(a, RCX, b.st, base_neg);
+    dynasm!(a
+        ; .arch x64
         ; add rcx, rax
         ; cmp rcx, -fl.size
         ; jne >popped
         ; mov rax, QWORD fl.empty_frame as i64
         ; popped:
-        ; mov QWORD [rdx + frame], rax
     );
+    store(a, b.st, frame, RAX);
     restore_to(a, flags_dead, done);
     inline_ret_tail(a, j, (tail, fail_r, after_charge), frame_fits);
     dynasm!(a ; .arch x64 ; =>fail_r);
@@ -2023,35 +2048,43 @@ fn inline_ret(
     dynasm!(a ; .arch x64 ; jmp =>fail);
 }
 
-/// With lazy charging, a popped frame's arc (`frame`: the frame's register): its inclusive
-/// Ir += the running Ir (the state's `ir`, lazily the running Ir itself) - the Ir at the
-/// frame's entry. Clobbers rax and rcx.
+/// With lazy charging, a popped frame's arc (`frame`: the frame's register; the state in
+/// rdx, unless `incl` is rdx and the state lies below 2 GiB): its inclusive Ir += the
+/// running Ir (the state's `ir`, lazily the running Ir itself) - the Ir at the frame's
+/// entry. Clobbers `incl` and rcx.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
-fn add_incl_lazy(a: &mut Asm, j: &super::calltrack::InlineJump, frame: u8) {
+fn add_incl_lazy(a: &mut Asm, j: &super::calltrack::InlineJump, frame: u8, incl: u8) {
     let ir = JUMP_OFF.ir;
     let fl = j.frame;
+    if incl == RDX {
+        load(a, RCX, Base::Abs(j.state as *const _ as i32), ir);
+    } else {
+        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rdx + ir]);
+    }
     dynasm!(a
         ; .arch x64
-        ; mov rcx, QWORD [rdx + ir]
         ; sub rcx, QWORD [Rq(frame) + fl.enter_ir]
-        ; mov rax, QWORD [Rq(frame) + fl.incl]
-        ; add QWORD [rax], rcx
+        ; mov Rq(incl), QWORD [Rq(frame) + fl.incl]
+        ; add QWORD [Rq(incl)], rcx
     );
 }
 
 /// A popped frame's callee gets back its activation count from before the call (`frame`:
-/// the frame's register). Clobbers rax and rcx.
+/// the frame's register, the state at `st`). Clobbers `val` and rcx.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
-fn restore_active(a: &mut Asm, j: &super::calltrack::InlineJump, frame: u8) {
+fn restore_active(a: &mut Asm, j: &super::calltrack::InlineJump, frame: u8, val: u8, st: Base) {
     let fn_active = JUMP_OFF.fn_active;
     let fl = j.frame;
     dynasm!(a
         ; .arch x64
         ; mov ecx, DWORD [Rq(frame) + fl.to_fn]
         ; shl rcx, 2
-        ; add rcx, QWORD [rdx + fn_active]
-        ; mov eax, DWORD [Rq(frame) + fl.active]
-        ; mov DWORD [rcx], eax
+    );
+    add_load(a, RCX, st, fn_active);
+    dynasm!(a
+        ; .arch x64
+        ; mov Rd(val), DWORD [Rq(frame) + fl.active]
+        ; mov DWORD [rcx], Rd(val)
     );
 }
 
@@ -2137,9 +2170,9 @@ fn inline_ret_tail(
     if eager {
         add_incl_eager(a, j, (RAX, RBX));
     } else {
-        add_incl_lazy(a, j, RBX);
+        add_incl_lazy(a, j, RBX, RAX);
     }
-    restore_active(a, j, RBX);
+    restore_active(a, j, RBX, RAX, Base::Rdx);
     dynasm!(a
         ; .arch x64
         ; mov ecx, DWORD [rbx + fl.drop]
@@ -2679,6 +2712,16 @@ fn mov_addr(a: &mut Asm, reg: u8, addr: u64) {
     match u32::try_from(addr) {
         Ok(v) => dynasm!(a ; .arch x64 ; mov Rd(reg), DWORD v as i32),
         Err(_) => dynasm!(a ; .arch x64 ; mov Rq(reg), QWORD addr as i64),
+    }
+}
+
+/// `add x, [base + off]`.
+#[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
+fn add_load(a: &mut Asm, x: u8, base: Base, off: i32) {
+    match base {
+        Base::Rdx => dynasm!(a ; .arch x64 ; add Rq(x), QWORD [rdx + off]),
+        Base::Rax => dynasm!(a ; .arch x64 ; add Rq(x), QWORD [rax + off]),
+        Base::Abs(at) => dynasm!(a ; .arch x64 ; add Rq(x), QWORD [at + off]),
     }
 }
 
