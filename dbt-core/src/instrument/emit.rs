@@ -2280,19 +2280,9 @@ fn inline_call(
         ; ja =>fail_here
     );
     // The two kinds of call each have their own copy of the rest, so that neither tests
-    // the skipped state again (three tests a call, ~1% of a call-bound run).
+    // the skipped state again (three tests a call, ~1% of a call-bound run). The direct
+    // call runs straight through to the way out; the other forms jump back to it.
     call_frame(a, j, StubState::Clear, fail_saved);
-    dynasm!(a
-        ; .arch x64
-        ; jmp =>entered
-        // Through a stub (the stub case ran): the stub's frame is the top one, at rsp.
-        ; =>via_stub
-        ; cmp QWORD [rax + p.stub], 0
-        ; je =>fail_here
-        ; cmp rsp, QWORD [rdx + top]
-        ; jne =>fail_here
-    );
-    call_frame(a, j, StubState::Set, fail_saved);
     dynasm!(a ; .arch x64 ; =>entered);
     if j.ends_plain {
         dynasm!(a
@@ -2303,17 +2293,21 @@ fn inline_call(
     } else {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
-    let exits = a.new_dynamic_label();
-    dynasm!(a ; .arch x64 ; jmp =>exits ; =>tail);
-    inline_tail_call(a, j, (fail_here, fail_saved));
-    dynasm!(a ; .arch x64 ; jmp =>entered ; =>exits);
-    case_exits(
-        a,
-        (done, fail),
-        (fail_here, fail_saved),
-        flags_dead,
-        at_start,
+    case_applied(a, flags_dead, done);
+    dynasm!(a
+        ; .arch x64
+        // Through a stub (the stub case ran): the stub's frame is the top one, at rsp.
+        ; =>via_stub
+        ; cmp QWORD [rax + p.stub], 0
+        ; je =>fail_here
+        ; cmp rsp, QWORD [rdx + top]
+        ; jne =>fail_here
     );
+    call_frame(a, j, StubState::Set, fail_saved);
+    dynasm!(a ; .arch x64 ; jmp =>entered ; =>tail);
+    inline_tail_call(a, j, (fail_here, fail_saved));
+    dynasm!(a ; .arch x64 ; jmp =>entered);
+    case_failed(a, fail, (fail_here, fail_saved), flags_dead, at_start);
 }
 
 /// Whether the stub case ran before a call case (the skipped state is set, its frame the
@@ -2985,12 +2979,28 @@ fn case_exits(
     flags_dead: bool,
     at_start: bool,
 ) {
+    case_applied(a, flags_dead, done);
+    case_failed(a, fail, (fail_here, fail_saved), flags_dead, at_start);
+}
+
+/// `case_exits`' way to `done`.
+fn case_applied(a: &mut Asm, flags_dead: bool, done: DynamicLabel) {
     dynasm!(a
         ; .arch x64
         ; gs mov rsi, QWORD [IS4]
         ; gs mov rbx, QWORD [IS3]
     );
     restore_to(a, flags_dead, done);
+}
+
+/// `case_exits`' ways to `fail`.
+fn case_failed(
+    a: &mut Asm,
+    fail: DynamicLabel,
+    (fail_here, fail_saved): (DynamicLabel, DynamicLabel),
+    flags_dead: bool,
+    at_start: bool,
+) {
     dynasm!(a
         ; .arch x64
         ; =>fail_saved
