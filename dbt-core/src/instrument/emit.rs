@@ -2969,21 +2969,8 @@ fn restore_scratch(a: &mut Asm) {
     );
 }
 
-/// The ways out of a plan case: rsi, rbx, the flags and rax/rcx/rdx restored, to `done`;
-/// `fail_saved` (rbx and rsi saved) and `fail_here` lead to `fail` (placed here when
-/// `at_start`).
-fn case_exits(
-    a: &mut Asm,
-    (done, fail): (DynamicLabel, DynamicLabel),
-    (fail_here, fail_saved): (DynamicLabel, DynamicLabel),
-    flags_dead: bool,
-    at_start: bool,
-) {
-    case_applied(a, flags_dead, done);
-    case_failed(a, fail, (fail_here, fail_saved), flags_dead, at_start);
-}
-
-/// `case_exits`' way to `done`.
+/// The way out of a plan case that applied: rsi, rbx, the flags and rax/rcx/rdx restored,
+/// to `done`.
 fn case_applied(a: &mut Asm, flags_dead: bool, done: DynamicLabel) {
     dynasm!(a
         ; .arch x64
@@ -2993,7 +2980,8 @@ fn case_applied(a: &mut Asm, flags_dead: bool, done: DynamicLabel) {
     restore_to(a, flags_dead, done);
 }
 
-/// `case_exits`' ways to `fail`.
+/// The ways out of a plan case that did not apply: `fail_saved` (rbx and rsi saved) and
+/// `fail_here` lead to `fail` (placed here when `at_start`).
 fn case_failed(
     a: &mut Asm,
     fail: DynamicLabel,
@@ -3110,17 +3098,18 @@ fn inline_stub(
         ; mov QWORD [rdx + lcount], rcx
         ; mov QWORD [rdx + expect], -1
     );
-    let exits = a.new_dynamic_label();
-    dynasm!(a ; .arch x64 ; jmp =>exits ; =>tail);
+    // A call into the stub runs straight through to the way out; the tail form jumps back.
+    case_applied(a, flags_dead, done);
     dynasm!(a
         ; .arch x64
+        ; =>tail
         ; cmp QWORD [rdx + nonskipped], -1
         ; jne =>fail_here
     );
     tail_from_top(a, j, fail_here);
     commit(a, true);
-    dynasm!(a ; .arch x64 ; jmp =>entered ; =>exits);
-    case_exits(a, (done, fail), (fail_here, fail_saved), flags_dead, true);
+    dynasm!(a ; .arch x64 ; jmp =>entered);
+    case_failed(a, fail, (fail_here, fail_saved), flags_dead, true);
 }
 
 /// Eager charging (`--cache-sim=yes`): the stub case charges the stub, after its frame took
