@@ -411,8 +411,8 @@ impl Default for InlineRec {
 /// `rsp` and its key is this block's, the inline code charges the previous block as for a
 /// jump, adds the Ir run since the frame was entered to the frame's arc's inclusive cost,
 /// puts back the callee's activation count and the function stack's depth the frame
-/// recorded, makes the frame `drop` bytes below the top one (or `empty_frame`), and
-/// continues with `expect` = the frame's key (when this block ends plainly) and `top_sp` =
+/// recorded, makes the frame `drop` bytes below the top one (below the bottom frame, the
+/// tool's sentinel frame, which no block matches), and continues with `expect` = the frame's key (when this block ends plainly) and `top_sp` =
 /// the frame's `next_sp`.
 #[derive(Clone, Copy, Debug)]
 pub struct InlineJump {
@@ -485,9 +485,6 @@ pub struct FrameLayout {
     /// The bytes the return case pops (`u32`, after `active` in one aligned `u64`: one
     /// frame, or a stub call's two).
     pub drop: i32,
-    /// A frame no block matches (its return address and key are `u64::MAX`), made the top
-    /// one when the bottom frame is popped.
-    pub empty_frame: u64,
 }
 
 impl core::fmt::Debug for JumpState {

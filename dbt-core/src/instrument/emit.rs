@@ -1953,7 +1953,6 @@ fn inline_ret(
         top,
         exit,
         frame,
-        base_neg,
         negk,
         fn_base,
         fn_top,
@@ -2061,21 +2060,12 @@ fn inline_ret(
     } else {
         store_imm(a, b.st, expect, -1);
     }
-    // The frame `drop` bytes below becomes the top one; below the bottom frame, the empty
-    // frame.
+    // The frame `drop` bytes below becomes the top one (below the bottom frame, the stack's
+    // sentinel).
     dynasm!(a
         ; .arch x64
         ; mov ecx, DWORD [rax + fl.drop]
         ; sub rax, rcx
-    );
-    load(a, RCX, b.st, base_neg);
-    dynasm!(a
-        ; .arch x64
-        ; add rcx, rax
-        ; cmp rcx, -fl.size
-        ; jne >popped
-        ; mov rax, QWORD fl.empty_frame as i64
-        ; popped:
     );
     store(a, b.st, frame, RAX);
     restore_to(a, flags_dead, done);
@@ -2866,28 +2856,17 @@ fn plan_checks(
     );
 }
 
-/// rsi = the slot of a new frame above the top one (rbx and rsi saved); to `fail` when the
-/// shadow stack's capacity has none.
+/// rsi = the slot of a new frame above the top one (above the stack's sentinel when it is
+/// empty; rbx and rsi saved); to `fail` when the shadow stack's capacity has none.
 fn frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail: DynamicLabel) {
     let JumpOffsets {
-        frame,
-        base_neg,
-        stack_last,
-        ..
+        frame, stack_last, ..
     } = JUMP_OFF;
     let fl = j.frame;
     dynasm!(a
         ; .arch x64
         ; mov rsi, QWORD [rdx + frame]
-        ; mov rcx, QWORD fl.empty_frame as i64
-        ; cmp rsi, rcx
-        ; jne >above
-        ; mov rsi, QWORD [rdx + base_neg]
-        ; neg rsi
-        ; jmp >slot
-        ; above:
         ; add rsi, fl.size
-        ; slot:
         ; cmp rsi, QWORD [rdx + stack_last]
         ; ja =>fail
     );

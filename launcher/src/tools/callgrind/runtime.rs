@@ -772,6 +772,87 @@ impl Entry {
         plan_drop: 0,
         enter_cost: [0; R_SYS],
     };
+
+    /// The frame below the bottom one (`FrameStack`): no block has its return address or
+    /// key, and a tail frame's walk stops at it.
+    const SENTINEL: Entry = Entry {
+        jcc: Id::NONE,
+        cxt: Id::NONE,
+        nonskipped: Id::NONE,
+        plan_to_fn: u32::MAX,
+        plan_active: u32::MAX,
+        sp: u64::MAX,
+        ret_addr: u64::MAX,
+        fn_sp: usize::MAX,
+        plan_key: u64::MAX,
+        plan_incl: u64::MAX,
+        plan_next_sp: u64::MAX,
+        plan_drop: u32::MAX,
+        enter_cost: [u64::MAX; R_SYS],
+    };
+}
+
+/// A thread's shadow stack: its frames (what it derefs to), after a sentinel frame
+/// (`Entry::SENTINEL`) that the inline paths find as the top one when the stack is empty,
+/// so that pushing the first frame and popping the last need no case of their own there
+/// (a stack's top frame is always at `base + (depth - 1)`, the sentinel at `base - 1`).
+struct FrameStack(Vec<Entry>);
+
+impl FrameStack {
+    fn with_capacity(frames: usize) -> FrameStack {
+        let mut v = Vec::with_capacity(frames + 1);
+        v.push(Entry::SENTINEL);
+        FrameStack(v)
+    }
+
+    /// Frames it holds without growing.
+    fn capacity(&self) -> usize {
+        self.0.capacity().saturating_sub(1)
+    }
+
+    fn push(&mut self, e: Entry) {
+        self.0.push(e);
+    }
+
+    fn pop(&mut self) -> Option<Entry> {
+        if self.0.len() > 1 {
+            self.0.pop()
+        } else {
+            None
+        }
+    }
+
+    fn truncate(&mut self, depth: usize) {
+        self.0.truncate(depth + 1);
+    }
+
+    /// # Safety
+    /// As `Vec::set_len`: the first `depth` frames must be initialised.
+    unsafe fn set_len(&mut self, depth: usize) {
+        // SAFETY: the caller's; the sentinel before them always is.
+        unsafe { self.0.set_len(depth + 1) };
+    }
+
+    fn spare_capacity_mut(&mut self) -> &mut [core::mem::MaybeUninit<Entry>] {
+        self.0.spare_capacity_mut()
+    }
+}
+
+// The fast path reaches these: no indexing that could panic (the integer-only helpers
+// must not reach the panic machinery, which uses vector registers).
+impl core::ops::Deref for FrameStack {
+    type Target = [Entry];
+    fn deref(&self) -> &[Entry] {
+        self.0.split_first().map_or(&[], |(_, frames)| frames)
+    }
+}
+
+impl core::ops::DerefMut for FrameStack {
+    fn deref_mut(&mut self) -> &mut [Entry] {
+        self.0
+            .split_first_mut()
+            .map_or(&mut [], |(_, frames)| frames)
+    }
 }
 
 /// One guest thread's call-tracking state.
@@ -787,7 +868,7 @@ pub struct ThreadState {
     pub live: bool,
     /// Cost-centre partition: `tid - 1` with `--separate-threads=yes`, else 0.
     pub th: u32,
-    stack: Vec<Entry>,
+    stack: FrameStack,
     fn_stack: Vec<u32>,
     cxt: Option<u32>,
     /// Running cost ([`RUN`] layout: Ir first).
@@ -866,8 +947,8 @@ const NO_PLAN: Plan = Plan {
 /// A frame's size, the bytes the inline return path pops for one frame.
 const FRAME: u64 = core::mem::size_of::<Entry>() as u64;
 
-/// The frame the inline return path sees below the bottom one, or when disarmed: no block
-/// has its return address or key.
+/// The top frame the inline paths see while disarmed: no block has its return address or
+/// key (while armed, the stack's sentinel, `FrameStack`).
 static EMPTY_FRAME: [u64; 64] = [u64::MAX; 64];
 const _: () = assert!(core::mem::size_of::<Entry>() <= core::mem::size_of::<[u64; 64]>());
 const _: () = assert!(core::mem::offset_of!(Bbcc, count) == 0);
@@ -909,7 +990,6 @@ pub fn frame_layout() -> dbt_core::tool::FrameLayout {
         active: offset_of!(Entry, plan_active) as i32,
         fn_sp: offset_of!(Entry, fn_sp) as i32,
         drop: offset_of!(Entry, plan_drop) as i32,
-        empty_frame: EMPTY_FRAME.as_ptr() as u64,
     }
 }
 
@@ -1044,7 +1124,7 @@ impl Runtime {
             live: true,
             th,
             // Spare capacity from the start: the fast path pushes only without reallocating.
-            stack: Vec::with_capacity(256),
+            stack: FrameStack::with_capacity(256),
             fn_stack: Vec::with_capacity(256),
             cxt: None,
             run: [0; RUN],
@@ -1297,7 +1377,7 @@ impl Runtime {
         if let Some(c) = self.bbccs.get_mut(b as usize) {
             add_cost(&mut c.skipped[R_SYS..], &cost, N_SYS);
         }
-        for e in &t.stack {
+        for e in t.stack.iter() {
             if let Some(j) = e.jcc.get().and_then(|j| self.jccs.get_mut(j as usize)) {
                 add_cost(&mut j.incl[R_SYS..], &cost, N_SYS);
             }
@@ -2587,12 +2667,9 @@ impl Runtime {
             return;
         }
         let base = base_neg.wrapping_neg();
+        // The top frame lies at `base + (depth - 1)` (the sentinel when empty).
         let frame = js.ret_frame.load(Ordering::Relaxed);
-        let depth = if frame == EMPTY_FRAME.as_ptr() as u64 {
-            0
-        } else {
-            (frame.wrapping_sub(base) / core::mem::size_of::<Entry>() as u64) as usize + 1
-        };
+        let depth = (frame.wrapping_sub(base).wrapping_add(FRAME) / FRAME) as usize;
         let fn_base = js.fn_base.load(Ordering::Relaxed);
         let fn_depth = (js.fn_top.load(Ordering::Relaxed).wrapping_sub(fn_base) / 4) as usize;
         if depth > t.stack.capacity() || fn_depth > t.fn_stack.capacity() {
@@ -2686,10 +2763,8 @@ impl Runtime {
         js.nonskipped.store(u64::MAX, r);
         if frames {
             let base = t.stack.as_mut_ptr();
-            let frame = match t.stack.len().checked_sub(1) {
-                Some(top) => base.wrapping_add(top) as u64,
-                None => EMPTY_FRAME.as_ptr() as u64,
-            };
+            // The top frame, or the sentinel below the bottom one.
+            let frame = base.wrapping_add(t.stack.len()).wrapping_sub(1) as u64;
             js.ret_frame.store(frame, r);
             js.stack_base_neg.store((base as u64).wrapping_neg(), r);
             jump()
@@ -3537,10 +3612,34 @@ mod tests {
         assert_eq!(jump().stat[0].load(Ordering::Relaxed), 0);
         rt.inline_push(t);
         assert_eq!(jump().exit.load(Ordering::Relaxed), EXIT_OTHER);
-        assert_eq!(
-            jump().ret_frame.load(Ordering::Relaxed),
-            EMPTY_FRAME.as_ptr() as u64
-        );
+        // The stack is empty: the top frame the inline paths see is its sentinel, right
+        // below where the first frame goes, and no block matches it.
+        let top = jump().ret_frame.load(Ordering::Relaxed) as *const Entry;
+        assert!(core::ptr::eq(top, t.stack.as_ptr().wrapping_sub(1)));
+        // SAFETY: the sentinel, the first element of the stack's buffer.
+        let top = unsafe { &*top };
+        assert_eq!((top.ret_addr, top.plan_key), (u64::MAX, u64::MAX));
+    }
+
+    #[test]
+    fn frame_stack_keeps_its_sentinel_right_below_the_frames() {
+        let mut s = FrameStack::with_capacity(2);
+        assert!(s.is_empty() && s.capacity() >= 2);
+        assert!(s.pop().is_none(), "the sentinel is no frame");
+        let mut e = Entry::SPARE;
+        e.sp = 7;
+        s.push(e);
+        s.push(e);
+        assert_eq!((s.len(), s[1].sp), (2, 7));
+        // SAFETY: the element before the first frame in the stack's buffer.
+        let below = unsafe { &*s.as_ptr().wrapping_sub(1) };
+        assert_eq!((below.ret_addr, below.plan_key), (u64::MAX, u64::MAX));
+        s.truncate(1);
+        assert_eq!(s.len(), 1);
+        assert!(s.pop().is_some() && s.pop().is_none() && s.is_empty());
+        // SAFETY: depth 0 needs no initialised frame.
+        unsafe { s.set_len(0) };
+        assert!(s.is_empty());
     }
 
     #[test]
