@@ -480,8 +480,9 @@ pub struct FrameLayout {
     pub nonskipped: i32,
     pub to_fn: i32,
     pub active: i32,
-    /// The function stack's depth at the call (`u64`).
-    pub fn_sp: i32,
+    /// The function stack's top at the call, as a byte offset from its base (`u64`: 4 per
+    /// function, so that the inline paths add it to the base as it is).
+    pub fn_off: i32,
     /// The bytes the return case pops (`u32`, after `active` in one aligned `u64`: one
     /// frame, or a stub call's two).
     pub drop: i32,

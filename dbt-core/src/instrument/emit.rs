@@ -2047,8 +2047,7 @@ fn inline_ret(
         restore_active(a, j, RAX, RAX, b.st);
         dynasm!(a ; .arch x64 ; mov rax, QWORD [rdx + frame]);
     }
-    load(a, RCX, Base::Rax, fl.fn_sp);
-    dynasm!(a ; .arch x64 ; shl rcx, 2);
+    load(a, RCX, Base::Rax, fl.fn_off);
     add_load(a, RCX, b.st, fn_base);
     store(a, b.st, fn_top, RCX);
     // The blocks that follow: the frame's key and next_sp.
@@ -2909,8 +2908,7 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ; .arch x64
         ; mov rcx, QWORD [rdx + fn_top]
         ; sub rcx, QWORD [rdx + fn_base]
-        ; shr rcx, 2
-        ; mov QWORD [rsi + fl.fn_sp], rcx
+        ; mov QWORD [rsi + fl.fn_off], rcx
         ; mov QWORD [rdx + frame], rsi
         ; mov QWORD [rdx + top], rsp
     );

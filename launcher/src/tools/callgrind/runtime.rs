@@ -743,7 +743,8 @@ struct Entry {
     plan_drop: u32,
     sp: u64,
     ret_addr: u64,
-    fn_sp: usize,
+    /// The function stack's depth at the push, in bytes (`fn_depth`).
+    fn_off: usize,
     /// The key of the context returned into, in inline form (`u64::MAX`: no plan).
     plan_key: u64,
     /// The arc's inclusive Ir (`*mut u64`) and `top_sp` once this frame is popped.
@@ -765,13 +766,18 @@ impl Entry {
         plan_active: 0,
         sp: 0,
         ret_addr: 0,
-        fn_sp: 0,
+        fn_off: 0,
         plan_key: u64::MAX,
         plan_incl: 0,
         plan_next_sp: 0,
         plan_drop: 0,
         enter_cost: [0; R_SYS],
     };
+
+    /// The function stack's depth at the push.
+    fn fn_depth(&self) -> usize {
+        self.fn_off / FN_BYTES
+    }
 
     /// The frame below the bottom one (`FrameStack`): no block has its return address or
     /// key, and a tail frame's walk stops at it.
@@ -783,7 +789,7 @@ impl Entry {
         plan_active: u32::MAX,
         sp: u64::MAX,
         ret_addr: u64::MAX,
-        fn_sp: usize::MAX,
+        fn_off: usize::MAX,
         plan_key: u64::MAX,
         plan_incl: u64::MAX,
         plan_next_sp: u64::MAX,
@@ -944,6 +950,9 @@ const NO_PLAN: Plan = Plan {
     drop: 0,
 };
 
+/// Bytes per function on a thread's function stack (`Entry::fn_off`).
+const FN_BYTES: usize = core::mem::size_of::<u32>();
+
 /// A frame's size, the bytes the inline return path pops for one frame.
 const FRAME: u64 = core::mem::size_of::<Entry>() as u64;
 
@@ -988,7 +997,7 @@ pub fn frame_layout() -> dbt_core::tool::FrameLayout {
         nonskipped: offset_of!(Entry, nonskipped) as i32,
         to_fn: offset_of!(Entry, plan_to_fn) as i32,
         active: offset_of!(Entry, plan_active) as i32,
-        fn_sp: offset_of!(Entry, fn_sp) as i32,
+        fn_off: offset_of!(Entry, fn_off) as i32,
         drop: offset_of!(Entry, plan_drop) as i32,
     }
 }
@@ -1474,7 +1483,7 @@ impl Runtime {
             let n = self.n_cost;
             add_diff(&mut self.jccs[j as usize].incl, &t.run, &e.enter_cost, n);
             t.cxt = e.cxt.get();
-            t.fn_stack.truncate(e.fn_sp);
+            t.fn_stack.truncate(e.fn_depth());
             if depth == 0 {
                 let flags = self.bb_of(to).flags;
                 if flags.dump_after {
@@ -1543,7 +1552,7 @@ impl Runtime {
             ret_addr,
             enter_cost: entry_cost(&t.run),
             cxt: Id::of(saved.0),
-            fn_sp: saved.1,
+            fn_off: saved.1 * FN_BYTES,
             nonskipped: Id::of(t.nonskipped),
             plan_key: u64::MAX,
             plan_to_fn: 0,
@@ -1856,7 +1865,7 @@ impl Runtime {
             core::ptr::addr_of_mut!((*e).sp).write(sp);
             core::ptr::addr_of_mut!((*e).ret_addr).write(ret_addr);
             core::ptr::addr_of_mut!((*e).cxt).write(Id::of(cxt));
-            core::ptr::addr_of_mut!((*e).fn_sp).write(fn_sp);
+            core::ptr::addr_of_mut!((*e).fn_off).write(fn_sp * FN_BYTES);
             core::ptr::addr_of_mut!((*e).nonskipped).write(Id::of(nonskipped));
             // Volatile: adjacent zero stores would otherwise be merged into a vector store.
             // A drop too large for its field (a tail chain of millions of frames) leaves the
@@ -2400,7 +2409,7 @@ impl Runtime {
                 return false;
             }
             if e.jcc.get().is_some() {
-                after = Some((e.cxt.get(), e.fn_sp));
+                after = Some((e.cxt.get(), e.fn_depth()));
             }
         }
         let Some((Some(new_cxt), fn_sp)) = after else {
@@ -2485,7 +2494,7 @@ impl Runtime {
         else {
             return false;
         };
-        let fn_sp = top.fn_sp;
+        let fn_sp = top.fn_depth();
         let Some(jcc) = self.jccs.get(j as usize) else {
             return false;
         };
