@@ -324,10 +324,16 @@ impl Emitter {
 
     /// Pushes the 64-bit guest return address without touching flags or registers.
     ///
-    /// One 8-byte `push` through a borrowed rcx (restored after): the `ret` reads the slot with
-    /// one 8-byte load, which two 4-byte stores would keep from being store-forwarded.
-    fn push_return_address(&mut self, ret: u64) {
+    /// One 8-byte `push` through a borrowed rcx (restored after, unless `rcx_saved`: an
+    /// indirect call's transfer has it in `S0` already and uses it after): the `ret` reads
+    /// the slot with one 8-byte load, which two 4-byte stores would keep from being
+    /// store-forwarded.
+    fn push_return_address(&mut self, ret: u64, rcx_saved: bool) {
         let r = ret as i64;
+        if rcx_saved {
+            dynasm!(self.ops ; .arch x64 ; mov rcx, QWORD r ; push rcx);
+            return;
+        }
         dynasm!(self.ops
             ; .arch x64
             ; gs mov QWORD [S2], rcx
@@ -958,7 +964,7 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
             Ok(())
         }
         FlowControl::Call => {
-            em.push_return_address(next);
+            em.push_return_address(next, false);
             em.jmp_exit(ExitKind::Direct, insn.near_branch_target());
             Ok(())
         }
@@ -966,7 +972,7 @@ fn emit_insn(em: &mut Emitter, insn: &Instruction, bytes: &[u8]) -> Result<(), S
             dynasm!(em.ops ; .arch x64 ; gs mov QWORD [S0], rcx ; gs mov QWORD [S1], rdx);
             em.load_target(insn)?;
             if insn.flow_control() == FlowControl::IndirectCall {
-                em.push_return_address(next);
+                em.push_return_address(next, true);
             }
             if let Some(expected) = got_target(insn) {
                 em.expect_target(expected);
