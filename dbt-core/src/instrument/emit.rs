@@ -2029,11 +2029,9 @@ fn inline_ret(
         );
     } else {
         dynasm!(a ; .arch x64 ; =>after_charge);
-        if abs {
-            add_incl_lazy(a, j, RAX, RDX);
-        } else {
-            add_incl_lazy(a, j, RAX, RAX);
-        }
+        // rdx is free once the state is addressed absolutely.
+        let incl = if abs { RDX } else { RAX };
+        add_incl_lazy(a, j, (RAX, incl), b.st);
     }
     if !abs {
         mov_addr(a, RAX, rec as u64);
@@ -2076,19 +2074,13 @@ fn inline_ret(
     dynasm!(a ; .arch x64 ; jmp =>fail);
 }
 
-/// With lazy charging, a popped frame's arc (`frame`: the frame's register; the state in
-/// rdx, unless `incl` is rdx and the state lies below 2 GiB): its inclusive Ir += the
-/// running Ir (the state's `ir`, lazily the running Ir itself) - the Ir at the frame's
-/// entry. Clobbers `incl` and rcx.
+/// With lazy charging, a popped frame's arc (`frame`: the frame's register, the state at
+/// `st`): its inclusive Ir += the running Ir (the state's `ir`, lazily the running Ir
+/// itself) - the Ir at the frame's entry. Clobbers `incl` and rcx.
 #[allow(clippy::useless_conversion)] // dynasm's `Rq(n)` converts the register number
-fn add_incl_lazy(a: &mut Asm, j: &super::calltrack::InlineJump, frame: u8, incl: u8) {
-    let ir = JUMP_OFF.ir;
+fn add_incl_lazy(a: &mut Asm, j: &super::calltrack::InlineJump, (frame, incl): (u8, u8), st: Base) {
     let fl = j.frame;
-    if incl == RDX {
-        load(a, RCX, Base::Abs(j.state as *const _ as i32), ir);
-    } else {
-        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rdx + ir]);
-    }
+    load(a, RCX, st, JUMP_OFF.ir);
     dynasm!(a
         ; .arch x64
         ; sub rcx, QWORD [Rq(frame) + fl.enter_ir]
@@ -2198,7 +2190,7 @@ fn inline_ret_tail(
     if eager {
         add_incl_eager(a, j, (RAX, RBX));
     } else {
-        add_incl_lazy(a, j, RBX, RAX);
+        add_incl_lazy(a, j, (RBX, RAX), Base::Rdx);
     }
     restore_active(a, j, RBX, RAX, Base::Rdx);
     dynasm!(a
