@@ -137,13 +137,11 @@ enum SlowKind {
     /// reached with its register borrowed: the short form's second entry, the way on to the
     /// return case and the Rust fallback; back to `back` (the body) in every case.
     /// `labels`: the short form's miss, the return case, where the return and call cases
-    /// fail to. `ret_first`: at a return site, the entry from the block's start when the
-    /// previous block ended in a `ret`, and the return case past that test.
+    /// fail to.
     JumpCold {
         short: ShortForm,
         jump: super::calltrack::InlineJump,
         labels: [DynamicLabel; 3],
-        ret_first: Option<(DynamicLabel, DynamicLabel)>,
         fallback: Fallback,
         /// Whether the fallback may be a shared routine (`shared_fallback`).
         shared: bool,
@@ -159,8 +157,9 @@ enum SlowKind {
         jump: super::calltrack::InlineJump,
         fail: DynamicLabel,
         flags_dead: bool,
-        /// Where the case goes on once the previous block is known to end in a `ret`.
-        checked: DynamicLabel,
+        /// At a return site, its entry from the block's start (`ShortForm::ret_test`), before
+        /// anything is saved.
+        first: Option<DynamicLabel>,
     },
     /// Callgrind's inline call case (`inline_call`) in a block that is no function entry,
     /// reached when the return case did not apply (rax, rcx, rdx saved, the flags as the
@@ -765,15 +764,15 @@ impl Plan {
                         let dead = self.dead_mask(i);
                         let (try_alt, alt_back) = (a.new_dynamic_label(), a.new_dynamic_label());
                         let short = ShortForm::new(&jump, flags_dead, dead);
-                        let ret_checked = a.new_dynamic_label();
+                        let mut ret_first = None;
                         if let Some(short) = short {
                             let (second, miss) = (a.new_dynamic_label(), a.new_dynamic_label());
                             mark(a, "clg-short");
-                            let ret_first = (jump.ret_case && flags_dead).then(|| {
-                                let entry = a.new_dynamic_label();
-                                short.ret_test(a, entry);
-                                (entry, ret_checked)
-                            });
+                            if jump.ret_case && flags_dead {
+                                let first = a.new_dynamic_label();
+                                short.ret_test(a, first);
+                                ret_first = Some(first);
+                            }
                             short.emit_hot(a, &jump, second);
                             self.slow.push(Slow {
                                 entry: second,
@@ -782,7 +781,6 @@ impl Plan {
                                     short,
                                     jump,
                                     labels: [miss, try_ret, fail],
-                                    ret_first,
                                     fallback: Fallback {
                                         insn: self.facts[i].insn,
                                         fast,
@@ -825,7 +823,7 @@ impl Plan {
                                 jump,
                                 fail: ret_fail,
                                 flags_dead,
-                                checked: ret_checked,
+                                first: ret_first,
                             },
                         });
                         if short.is_some() {
@@ -1840,8 +1838,8 @@ impl ShortForm {
         self.restore(a);
     }
 
-    /// At a return site (flags dead), before anything is borrowed: to `entry`
-    /// (`ret_entry`, out of line) when the previous block ended in a `ret`. The short form
+    /// At a return site (flags dead), before anything is borrowed: to `entry` (the return
+    /// case's first entry, out of line) when the previous block ended in a `ret`. The short form
     /// and its second entry never apply then (a `ret` leaves no expected key), so the
     /// return case is tried first and, where it does not apply, goes on as after them.
     fn ret_test(&self, a: &mut Asm, entry: DynamicLabel) {
@@ -1850,21 +1848,6 @@ impl ShortForm {
             ; cmp QWORD [self.s(JUMP_OFF.exit)], EXIT_RET as i32
             ; je =>entry
         );
-    }
-
-    /// The out-of-line side of `ret_test`: rax, rcx and rdx saved and rdx = the state, as
-    /// the return case is entered from `emit_cold`'s miss, on to the return case past its
-    /// test of the previous block's end (`checked`).
-    fn ret_entry(&self, a: &mut Asm, entry: DynamicLabel, checked: DynamicLabel) {
-        dynasm!(a
-            ; .arch x64
-            ; =>entry
-            ; gs mov QWORD [IS0], rax
-            ; gs mov QWORD [IS1], rcx
-            ; gs mov QWORD [IS2], rdx
-        );
-        mov_addr(a, RDX, self.st);
-        dynasm!(a ; .arch x64 ; jmp =>checked);
     }
 
     /// The inline part: borrows, tests the first entry (to `second`, out of line, when it
@@ -1936,7 +1919,7 @@ fn inline_jump_alt(a: &mut Asm, back: DynamicLabel, fail: DynamicLabel) {
 fn inline_ret(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
-    (done, fail, checked): (DynamicLabel, DynamicLabel, DynamicLabel),
+    (done, fail, first): (DynamicLabel, DynamicLabel, Option<DynamicLabel>),
     flags_dead: bool,
 ) {
     if !j.ret_case {
@@ -2000,7 +1983,23 @@ fn inline_ret(
         ; .arch x64
         ; cmp QWORD [rdx + exit], EXIT_RET as i32
         ; jne =>fail_r
-        ; =>checked
+    );
+    if let Some(first) = first {
+        // The entry from the block's start (`ShortForm::ret_test`), where the previous
+        // block is known to end in a `ret`: saved here as the miss path saved them.
+        dynasm!(a
+            ; .arch x64
+            ; jmp >checked
+            ; =>first
+            ; gs mov QWORD [IS0], rax
+            ; gs mov QWORD [IS1], rcx
+            ; gs mov QWORD [IS2], rdx
+        );
+        mov_addr(a, RDX, j.state as *const super::calltrack::JumpState as u64);
+        dynasm!(a ; .arch x64 ; checked:);
+    }
+    dynasm!(a
+        ; .arch x64
         ; mov rax, QWORD [rdx + frame]
     );
     frame_fits(a);
@@ -3212,14 +3211,10 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             short,
             jump,
             labels: [miss, try_ret, fail],
-            ret_first,
             fallback,
             shared,
         } => {
             short.emit_cold(a, &jump, (miss, back, try_ret));
-            if let Some((entry, checked)) = ret_first {
-                short.ret_entry(a, entry, checked);
-            }
             // The return and call cases end here when they do not apply (the flags put
             // back).
             // rax and rcx stay saved for the fallback, which puts them back.
@@ -3235,8 +3230,8 @@ fn emit_slow(a: &mut Asm, s: Slow) -> Result<(), String> {
             jump,
             fail,
             flags_dead,
-            checked,
-        } => inline_ret(a, &jump, (back, fail, checked), flags_dead),
+            first,
+        } => inline_ret(a, &jump, (back, fail, first), flags_dead),
         SlowKind::InlineCall {
             jump,
             fail,
