@@ -412,8 +412,8 @@ impl Default for InlineRec {
 /// jump, adds the Ir run since the frame was entered to the frame's arc's inclusive cost,
 /// puts back the callee's activation count and the function stack's depth the frame
 /// recorded, makes the frame `drop` bytes below the top one (below the bottom frame, the
-/// tool's sentinel frame, which no block matches), and continues with `expect` = the frame's key (when this block ends plainly) and `top_sp` =
-/// the frame's `next_sp`.
+/// tool's sentinel frame, which no block matches), and continues with `expect` = the
+/// frame's key (when this block ends plainly) and `top_sp` = the frame's `next_sp`.
 #[derive(Clone, Copy, Debug)]
 pub struct InlineJump {
     pub state: &'static JumpState,

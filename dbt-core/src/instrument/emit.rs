@@ -2801,11 +2801,10 @@ fn plan_checks(
     if !flags_dead {
         save_flags(a);
     }
-    let st = j.state as *const super::calltrack::JumpState as i64;
     let JumpOffsets { exit, .. } = JUMP_OFF;
     let p = PLAN_OFF;
     let target = if j.stub { p.stub } else { p.callee };
-    mov_addr(a, RDX, st as u64);
+    mov_addr(a, RDX, j.state as *const super::calltrack::JumpState as u64);
     dynasm!(a
         ; .arch x64
         ; mov rax, QWORD [rdx + exit]

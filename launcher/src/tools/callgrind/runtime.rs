@@ -958,8 +958,7 @@ const FRAME: u64 = core::mem::size_of::<Entry>() as u64;
 
 /// The top frame the inline paths see while disarmed: no block has its return address or
 /// key (while armed, the stack's sentinel, `FrameStack`).
-static EMPTY_FRAME: [u64; 64] = [u64::MAX; 64];
-const _: () = assert!(core::mem::size_of::<Entry>() <= core::mem::size_of::<[u64; 64]>());
+static EMPTY_FRAME: Entry = Entry::SENTINEL;
 const _: () = assert!(core::mem::offset_of!(Bbcc, count) == 0);
 const _: () = assert!(core::mem::offset_of!(Bbcc, ir) == 8);
 
@@ -2680,7 +2679,8 @@ impl Runtime {
         let frame = js.ret_frame.load(Ordering::Relaxed);
         let depth = (frame.wrapping_sub(base).wrapping_add(FRAME) / FRAME) as usize;
         let fn_base = js.fn_base.load(Ordering::Relaxed);
-        let fn_depth = (js.fn_top.load(Ordering::Relaxed).wrapping_sub(fn_base) / 4) as usize;
+        let fn_depth =
+            (js.fn_top.load(Ordering::Relaxed).wrapping_sub(fn_base) / FN_BYTES as u64) as usize;
         if depth > t.stack.capacity() || fn_depth > t.fn_stack.capacity() {
             return;
         }
@@ -2792,15 +2792,14 @@ impl Runtime {
             if !f.last_bb.is_null() {
                 // SAFETY: a leaked BlockInfo.
                 let lbb = unsafe { &*f.last_bb };
-                let call = (lbb.exit == Exit::Call && lbb.rep.is_empty()) || lbb.tail_jump;
-                if let (true, Some(b)) = (call, t.last_bbcc) {
+                if let (true, Some(b)) = (lbb.arms_plans(), t.last_bbcc) {
                     if let Some(c) = self.bbccs.get(b as usize) {
                         exit = c.plans();
                     }
                 }
             }
         } else {
-            js.ret_frame.store(EMPTY_FRAME.as_ptr() as u64, r);
+            js.ret_frame.store(&EMPTY_FRAME as *const Entry as u64, r);
             js.stack_base_neg.store(0, r);
             js.fn_len.store(0, r);
         }
@@ -2824,7 +2823,7 @@ impl Runtime {
         js.expect.store(u64::MAX, Ordering::Relaxed);
         jump()
             .ret_frame
-            .store(EMPTY_FRAME.as_ptr() as u64, Ordering::Relaxed);
+            .store(&EMPTY_FRAME as *const Entry as u64, Ordering::Relaxed);
         js.stack_base_neg.store(0, Ordering::Relaxed);
         js.fn_len.store(0, Ordering::Relaxed);
         js.exit.store(EXIT_OTHER, Ordering::Relaxed);
