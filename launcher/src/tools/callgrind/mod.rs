@@ -333,6 +333,9 @@ pub struct Callgrind {
     /// `fn_node`'s results by (symbol start, file name's address, section kind), for named
     /// functions; emptied whenever the symboliser is rebuilt.
     fn_by_symbol: FastMap<(u64, *const u8, u8), (u32, u32, FnFlags)>,
+    /// `fn_node`'s functions named by their address (no symbol, no file), by object and
+    /// offset, with their flags.
+    fn_by_offset: FastMap<(u32, u64), (u32, FnFlags)>,
     objs: FastMap<String, u32>,
     modules: Modules,
     sym: Option<dumper::Symbolizer>,
@@ -430,6 +433,7 @@ impl Callgrind {
             fns: Vec::new(),
             fn_map: FastMap::default(),
             fn_by_symbol: FastMap::default(),
+            fn_by_offset: FastMap::default(),
             objs: FastMap::default(),
             modules: Modules::default(),
             sym: None,
@@ -499,11 +503,6 @@ impl Callgrind {
     /// The object id, function id (a new node for a new function) and flags of the block at
     /// `start`, whose location is `loc`.
     fn fn_node(&mut self, loc: &dumper::Location, start: u64) -> (u32, u32, FnFlags) {
-        let file = loc.file_name().to_string();
-        let name = loc
-            .function
-            .clone()
-            .unwrap_or_else(|| format!("0x{:016x}", loc.offset));
         let plt = loc.section == dumper::symbols::SectionKind::Plt;
         let obj = match self.objs.get(loc.object_name()) {
             Some(&o) => o,
@@ -514,6 +513,26 @@ impl Callgrind {
             }
         };
         let nf = self.fns.len() as u32;
+        if loc.function.is_none() && loc.file.is_none() {
+            // Named by its address, as Callgrind does: in a stripped program (python3) most
+            // blocks are such functions of their own, so they skip the names' hashing.
+            if let Some(&(fn_id, flags)) = self.fn_by_offset.get(&(obj, loc.offset)) {
+                return (obj, fn_id, flags);
+            }
+            let name = format!("0x{:016x}", loc.offset);
+            let flags = self.flags_for(&name, plt);
+            self.fn_by_offset.insert((obj, loc.offset), (nf, flags));
+            self.fns.push(FnNode {
+                first_bb: start,
+                name,
+            });
+            return (obj, nf, flags);
+        }
+        let file = loc.file_name().to_string();
+        let name = loc
+            .function
+            .clone()
+            .unwrap_or_else(|| format!("0x{:016x}", loc.offset));
         let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
         if fn_id == nf {
             self.fns.push(FnNode {
@@ -565,6 +584,11 @@ impl Callgrind {
         let cached = by_symbol.and_then(|k| self.fn_by_symbol.get(&k).copied());
         let (obj, fn_id, flags, named) = match cached {
             Some((obj, fn_id, flags)) => (obj, fn_id, flags, true),
+            // No symbol: the full lookup would find no name either.
+            None if by_symbol.is_none() => {
+                let (obj, fn_id, flags) = self.fn_node(&loc, b.start);
+                (obj, fn_id, flags, false)
+            }
             None => {
                 let full = sym.lookup_fast(b.start);
                 let named = full.function.is_some();
