@@ -275,8 +275,8 @@ pub struct InlineRec {
 /// and sets `JumpState::nonskipped` to `from_bbcc`, leaving the plan armed. The callee's
 /// entry block then takes the call case in that state: the stub frame must be the top one
 /// at `rsp`; it charges the stub (its instructions, to the running Ir and to `*sink`,
-/// no execution), pushes the arc's frame with the stub frame's `sp`, `nonskipped` and
-/// `next_sp`, and clears the state. `drop` is the bytes the return case pops (one frame, or
+/// no execution), pushes the arc's frame with the stub frame's `sp` and `nonskipped`, and
+/// clears the state. `drop` is the bytes the return case pops (one frame, or
 /// both frames of a stub call).
 ///
 /// A cost centre has two plans, one after the other (calls from one site into two callees in
@@ -413,7 +413,7 @@ impl Default for InlineRec {
 /// puts back the callee's activation count and the function stack's depth the frame
 /// recorded, makes the frame `drop` bytes below the top one (below the bottom frame, the
 /// tool's sentinel frame, which no block matches), and continues with `expect` = the
-/// frame's key (when this block ends plainly) and `top_sp` = the frame's `next_sp`.
+/// frame's key (when this block ends plainly) and `top_sp` = the new top frame's `sp`.
 #[derive(Clone, Copy, Debug)]
 pub struct InlineJump {
     pub state: &'static JumpState,
@@ -467,8 +467,6 @@ pub struct FrameLayout {
     pub key: i32,
     /// Where the frame's arc keeps its inclusive Ir (`*mut u64`).
     pub incl: i32,
-    /// `top_sp` once the frame is popped.
-    pub next_sp: i32,
     /// Running Ir when the frame was entered.
     pub enter_ir: i32,
     /// `u32` fields: the arc, the caller's context, the skipped-function state (`u32::MAX`:

@@ -2047,9 +2047,7 @@ fn inline_ret(
     load(a, RCX, Base::Rax, fl.fn_off);
     add_load(a, RCX, b.st, fn_base);
     store(a, b.st, fn_top, RCX);
-    // The blocks that follow: the frame's key and next_sp.
-    load(a, RCX, Base::Rax, fl.next_sp);
-    store(a, b.st, top, RCX);
+    // The blocks that follow: the frame's key.
     if j.ends_plain {
         load(a, RCX, Base::Rax, fl.key);
         store(a, b.st, expect, RCX);
@@ -2057,13 +2055,15 @@ fn inline_ret(
         store_imm(a, b.st, expect, -1);
     }
     // The frame `drop` bytes below becomes the top one (below the bottom frame, the stack's
-    // sentinel).
+    // sentinel), and its sp the top sp.
     dynasm!(a
         ; .arch x64
         ; mov ecx, DWORD [rax + fl.drop]
         ; sub rax, rcx
     );
     store(a, b.st, frame, RAX);
+    load(a, RCX, Base::Rax, fl.sp);
+    store(a, b.st, top, RCX);
     restore_to(a, flags_dead, done);
     inline_ret_tail(a, j, (tail, fail_r, after_charge), frame_fits);
     dynasm!(a ; .arch x64 ; =>fail_r);
@@ -2301,14 +2301,13 @@ enum StubState {
 
 /// The call case's frame and entry after its checks (rax = the plan, rdx = the state),
 /// for a direct call (`Clear`) or one through a stub (`Set`: the frame after the stub's,
-/// with its skipped state and next_sp). Else to `fail_saved`.
+/// with its skipped state). Else to `fail_saved`.
 fn call_frame(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
     stub: StubState,
     fail_saved: DynamicLabel,
 ) {
-    let JumpOffsets { top, frame, .. } = JUMP_OFF;
     let p = PLAN_OFF;
     let fl = j.frame;
     call_frame_slot(a, j, fail_saved);
@@ -2321,16 +2320,6 @@ fn call_frame(
         ; mov rcx, QWORD [rax + p.ret_key]
         ; mov QWORD [rsi + fl.key], rcx
     );
-    if stub == StubState::Set {
-        dynasm!(a
-            ; .arch x64
-            ; mov rcx, QWORD [rdx + frame]
-            ; mov rcx, QWORD [rcx + fl.next_sp]
-        );
-    } else {
-        dynasm!(a ; .arch x64 ; mov rcx, QWORD [rdx + top]);
-    }
-    dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.next_sp], rcx);
     frame_top(a, j);
     call_frame_enter(a, j, stub);
 }
@@ -2388,7 +2377,6 @@ fn inline_tail_call(
         ; .arch x64
         ; mov rcx, QWORD [rdx + top]
         ; mov QWORD [rsi + fl.sp], rcx
-        ; mov QWORD [rsi + fl.next_sp], rcx
         ; mov QWORD [rsi + fl.ret_addr], 0
         // The key of the frame it returns through (below the stub's frame, if any).
         ; mov rcx, QWORD [rdx + frame]
@@ -3027,7 +3015,7 @@ fn inline_stub(
         dynasm!(a
             ; .arch x64
             // The stub's frame: no arc, no return plan (so the rest of the plan is never
-            // read, but its `next_sp`, which the call case passes on).
+            // read).
             ; mov DWORD [rsi + fl.arc], -1
             ; mov rcx, QWORD [rax + p.caller_cxt]
             ; mov DWORD [rsi + fl.cxt], ecx
@@ -3035,11 +3023,9 @@ fn inline_stub(
             ; mov rcx, QWORD [rax + p.ret_addr]
             ; mov QWORD [rsi + fl.ret_addr], rcx
             ; mov QWORD [rsi + fl.key], -1
-            ; mov rcx, QWORD [rdx + top]
-            ; mov QWORD [rsi + fl.next_sp], rcx
         );
         if tail {
-            dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.sp], rcx);
+            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rdx + top] ; mov QWORD [rsi + fl.sp], rcx);
         } else {
             dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.sp], rsp);
         }

@@ -747,9 +747,8 @@ struct Entry {
     fn_off: usize,
     /// The key of the context returned into, in inline form (`u64::MAX`: no plan).
     plan_key: u64,
-    /// The arc's inclusive Ir (`*mut u64`) and `top_sp` once this frame is popped.
+    /// The arc's inclusive Ir (`*mut u64`).
     plan_incl: u64,
-    plan_next_sp: u64,
     /// The running cost at entry: the words paths that push and pop frames carry (the
     /// system-call words go straight to the arcs, [`Runtime::charge_syscall`]).
     enter_cost: [u64; R_SYS],
@@ -769,7 +768,6 @@ impl Entry {
         fn_off: 0,
         plan_key: u64::MAX,
         plan_incl: 0,
-        plan_next_sp: 0,
         plan_drop: 0,
         enter_cost: [0; R_SYS],
     };
@@ -780,19 +778,20 @@ impl Entry {
     }
 
     /// The frame below the bottom one (`FrameStack`): no block has its return address or
-    /// key, and a tail frame's walk stops at it.
+    /// key, and a tail frame's walk stops at it. Its `sp` is the top sp of an empty stack
+    /// (`JumpState::top_sp`), which the inline return case takes from the frame it leaves
+    /// on top.
     const SENTINEL: Entry = Entry {
         jcc: Id::NONE,
         cxt: Id::NONE,
         nonskipped: Id::NONE,
         plan_to_fn: u32::MAX,
         plan_active: u32::MAX,
-        sp: u64::MAX,
+        sp: i64::MAX as u64,
         ret_addr: u64::MAX,
         fn_off: usize::MAX,
         plan_key: u64::MAX,
         plan_incl: u64::MAX,
-        plan_next_sp: u64::MAX,
         plan_drop: u32::MAX,
         enter_cost: [u64::MAX; R_SYS],
     };
@@ -936,7 +935,6 @@ struct Plan {
     to_fn: u32,
     active: u32,
     incl: u64,
-    next_sp: u64,
     drop: u64,
 }
 
@@ -946,7 +944,6 @@ const NO_PLAN: Plan = Plan {
     to_fn: 0,
     active: 0,
     incl: 0,
-    next_sp: 0,
     drop: 0,
 };
 
@@ -989,7 +986,6 @@ pub fn frame_layout() -> dbt_core::tool::FrameLayout {
         sp: offset_of!(Entry, sp) as i32,
         key: offset_of!(Entry, plan_key) as i32,
         incl: offset_of!(Entry, plan_incl) as i32,
-        next_sp: offset_of!(Entry, plan_next_sp) as i32,
         enter_ir: offset_of!(Entry, enter_cost) as i32,
         arc: offset_of!(Entry, jcc) as i32,
         cxt: offset_of!(Entry, cxt) as i32,
@@ -1557,7 +1553,6 @@ impl Runtime {
             plan_to_fn: 0,
             plan_active: 0,
             plan_incl: 0,
-            plan_next_sp: 0,
             plan_drop: 0,
         });
         if !skip {
@@ -1782,7 +1777,6 @@ impl Runtime {
             to_fn,
             active: a_old,
             incl,
-            next_sp: below.min(i64::MAX as u64),
             drop: FRAME,
         };
         let ret_key = if fl.dump_after {
@@ -1877,7 +1871,6 @@ impl Runtime {
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_to_fn), plan.to_fn);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_active), plan.active);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_incl), plan.incl);
-            core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_next_sp), plan.next_sp);
             core::ptr::write_volatile(core::ptr::addr_of_mut!((*e).plan_drop), drop);
             let ec = core::ptr::addr_of_mut!((*e).enter_cost).cast::<u64>();
             for k in 0..R_SYS {
@@ -2258,7 +2251,6 @@ impl Runtime {
                 to_fn,
                 active: a_old,
                 incl,
-                next_sp: below.min(i64::MAX as u64),
                 drop: 2 * FRAME,
             },
             (None, Some(key)) if incl != 0 => Plan {
@@ -2266,7 +2258,6 @@ impl Runtime {
                 to_fn,
                 active: a_old,
                 incl,
-                next_sp: frame_sp.min(i64::MAX as u64),
                 drop: tail_below as u64 * FRAME,
             },
             _ => NO_PLAN,
