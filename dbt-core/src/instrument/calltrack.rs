@@ -117,8 +117,9 @@ pub const EXIT_OTHER: u64 = 1;
 /// The running thread's summary for the inline jump path (Callgrind's `setup_bbcc` for a
 /// plain jump). It belongs to the last thread that ran a block-start routine: the tool
 /// disarms it when another thread takes the run lock (`set_switch_hook`). The inline code
-/// takes its path only when `expect` equals the block's key and the guest
-/// `rsp <= top_sp`; it then adds one to
+/// takes its path only when `expect` equals the block's key and the guest `rsp` is at most
+/// the top frame's `sp` (`ret_frame`'s, the top sp; the tool's disarmed frame carries it
+/// while the frame cases are disarmed); it then adds one to
 /// `*last_count`, the previous block's instruction count (the word after its counter) to
 /// `ir`, and makes the block the last one (`last_count` from its `InlineRec`; `expect`
 /// becomes `u64::MAX` unless the block ends plainly). `ir`/`uncounted` are deltas the tool
@@ -130,8 +131,6 @@ pub const EXIT_OTHER: u64 = 1;
 pub struct JumpState {
     /// Key a plainly-reached block must have (`u64::MAX`: none).
     pub expect: AtomicU64,
-    /// Top frame's `sp`; must be below 2^63 (the tool stores `i64::MAX` for none).
-    pub top_sp: AtomicU64,
     /// Execution counter of the previous block's cost centre (`*mut u64`), followed in
     /// memory by that block's instruction count (`u64`).
     pub last_count: AtomicU64,
@@ -207,7 +206,6 @@ impl JumpState {
     pub const fn new() -> JumpState {
         JumpState {
             expect: AtomicU64::new(u64::MAX),
-            top_sp: AtomicU64::new(0),
             last_count: AtomicU64::new(0),
             ir: AtomicU64::new(0),
             uncounted: AtomicU64::new(0),
@@ -256,13 +254,13 @@ pub struct InlineRec {
 /// The call case of the inline path, per calling cost centre: the last call the tool made
 /// from it, as the callee's entry block can repeat it. The block takes it when the previous
 /// block armed this plan (`JumpState::exit`), the plan names this block, `[rsp]` is
-/// `ret_addr`, `rsp + 8 <= top_sp` (nothing to unwind, the frame below stays) and the
+/// `ret_addr`, `rsp + 8 <=` the top frame's `sp` (nothing to unwind, the frame below stays) and the
 /// callee function's activation count lies in `lo ..= lo + span` (its recursion level is
 /// the planned one), and both stacks have room. It then charges the previous block as a
 /// jump does, adds `inc` to the activation count and one to `*arc_count`, pushes a frame
 /// (`FrameLayout`: arc, caller context, `rsp`, `ret_addr`, the running Ir, the function
 /// stack's depth, and the return plan: `ret_key`, `to_fn`, the old activation count,
-/// `arc_incl`, the old `top_sp`), pushes `to_fn` on the function stack when `push_fn`, and
+/// `arc_incl`), pushes `to_fn` on the function stack when `push_fn`, and
 /// enters the block with the planned cost centre (`callee_count`; its own
 /// plan `callee_plan`; `callee_expect` as `expect` when the block ends plainly).
 /// All fields are `u64`; ids are stored in the frames as `u32`.
@@ -413,7 +411,7 @@ impl Default for InlineRec {
 /// puts back the callee's activation count and the function stack's depth the frame
 /// recorded, makes the frame `drop` bytes below the top one (below the bottom frame, the
 /// tool's sentinel frame, which no block matches), and continues with `expect` = the
-/// frame's key (when this block ends plainly) and `top_sp` = the new top frame's `sp`.
+/// frame's key (when this block ends plainly).
 #[derive(Clone, Copy, Debug)]
 pub struct InlineJump {
     pub state: &'static JumpState,

@@ -265,7 +265,7 @@ pub(crate) struct Plan {
     /// `Instrumenter::disarm_if_unwound`: before which instruction (the block's length: at
     /// its end) the check goes, and the state's address; `None` where the block cannot
     /// raise `rsp`.
-    unwind_check: Option<(usize, u64)>,
+    unwind_check: Option<(usize, u64, i32)>,
 }
 
 // SAFETY: see `Op`: the pointers are addresses embedded in code, not dereferenced here.
@@ -295,10 +295,16 @@ impl Plan {
                 _ => false,
             });
         // Without a short form (the state out of 32-bit reach) no block needs the check.
-        let unwind_check = ins
-            .unwind_watch
-            .filter(|&st| below_2gib(st))
-            .and_then(|st| Some((rsp_rise?, st as *const super::calltrack::JumpState as u64)));
+        let unwind_check =
+            ins.unwind_watch
+                .filter(|&(st, _)| below_2gib(st))
+                .and_then(|(st, sp)| {
+                    Some((
+                        rsp_rise?,
+                        st as *const super::calltrack::JumpState as u64,
+                        sp,
+                    ))
+                });
         Plan {
             ops: ins.ops,
             unwind_check,
@@ -504,22 +510,45 @@ impl Plan {
     }
 
     /// Where the unwind check goes before instruction `i` (the block's length: at its end):
-    /// `expect = u64::MAX` when `rsp > top_sp`. Held flags wait in `gs:[instr_flags]`
-    /// already; live ones are saved around it.
+    /// `expect = u64::MAX` when `rsp` lies above the top frame's sp. Held flags wait in
+    /// `gs:[instr_flags]` already; live ones are saved around it. The frame's address takes
+    /// a register: rax once the flags are saved, else a dead one, else rcx through
+    /// `gs:[IS1]`.
+    #[allow(clippy::useless_conversion)] // dynasm's `Rq(x)` converts the register number
     fn disarm_if_unwound(&mut self, a: &mut Asm, i: usize) {
-        let Some((_, st)) = self.unwind_check.filter(|&(at, _)| at == i) else {
+        let Some((_, st, sp_at)) = self.unwind_check.filter(|&(at, ..)| at == i) else {
             return;
         };
         let save = self.live[i] && !self.stashed;
-        if save {
+        let (x, borrowed) = if save {
             dynasm!(a ; .arch x64 ; gs mov QWORD [IS0], rax);
             save_flags(a);
             self.fresh = [false; 2];
-        }
-        let (top, expect) = (st as i32 + JUMP_OFF.top, st as i32 + JUMP_OFF.expect);
+            (RAX, false)
+        } else {
+            match self.dead_scratch(i, &[]) {
+                Some(r) => (r, false),
+                None => {
+                    // Saved even where `fresh` says `gs:[IS1]` holds it: `fresh` is not yet
+                    // brought up to date for the instruction before. The slot then holds it,
+                    // so `fresh` stays as it is.
+                    dynasm!(a ; .arch x64 ; gs mov QWORD [IS1], rcx);
+                    (RCX, true)
+                }
+            }
+        };
+        let (frame, expect) = (st as i32 + JUMP_OFF.frame, st as i32 + JUMP_OFF.expect);
         dynasm!(a
             ; .arch x64
-            ; cmp rsp, QWORD [top]
+            ; mov Rq(x), QWORD [frame]
+            ; cmp rsp, QWORD [Rq(x) + sp_at]
+        );
+        if borrowed {
+            // A `mov` leaves the comparison's flags alone.
+            dynasm!(a ; .arch x64 ; gs mov rcx, QWORD [IS1]);
+        }
+        dynasm!(a
+            ; .arch x64
             ; jbe >kept
             ; mov QWORD [expect], -1
             ; kept:
@@ -1569,7 +1598,6 @@ const N_STATIC_WORDS: i32 = 5;
 #[derive(Clone, Copy)]
 struct JumpOffsets {
     expect: i32,
-    top: i32,
     lcount: i32,
     ir: i32,
     uncounted: i32,
@@ -1659,7 +1687,6 @@ const JUMP_OFF: JumpOffsets = {
     use core::mem::offset_of;
     JumpOffsets {
         expect: offset_of!(S, expect) as i32,
-        top: offset_of!(S, top_sp) as i32,
         lcount: offset_of!(S, last_count) as i32,
         ir: offset_of!(S, ir) as i32,
         uncounted: offset_of!(S, uncounted) as i32,
@@ -1696,7 +1723,10 @@ fn inline_jump(
     let st = j.state as *const super::calltrack::JumpState as i64;
     let rec = j.rec as *const super::calltrack::InlineRec as i64;
     let JumpOffsets {
-        expect, top, negk, ..
+        expect,
+        frame,
+        negk,
+        ..
     } = JUMP_OFF;
     dynasm!(a
         ; .arch x64
@@ -1720,7 +1750,8 @@ fn inline_jump(
         ; add rcx, QWORD [rax + negk]
         ; jnz =>try_alt
         ; =>alt_back
-        ; cmp rsp, QWORD [rdx + top]
+        ; mov rcx, QWORD [rdx + frame]
+        ; cmp rsp, QWORD [rcx + j.frame.sp]
         ; ja =>fail_here
     );
     enter_inline(a, j, Bases::REGS, true);
@@ -1933,7 +1964,6 @@ fn inline_ret(
     let rec = j.rec as *const super::calltrack::InlineRec as i64;
     let JumpOffsets {
         expect,
-        top,
         exit,
         frame,
         negk,
@@ -2062,8 +2092,6 @@ fn inline_ret(
         ; sub rax, rcx
     );
     store(a, b.st, frame, RAX);
-    load(a, RCX, Base::Rax, fl.sp);
-    store(a, b.st, top, RCX);
     restore_to(a, flags_dead, done);
     inline_ret_tail(a, j, (tail, fail_r, after_charge), frame_fits);
     dynasm!(a ; .arch x64 ; =>fail_r);
@@ -2239,11 +2267,12 @@ fn inline_call(
 ) {
     let JumpOffsets {
         expect,
-        top,
+        frame,
         nonskipped,
         ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
+    let fl = j.frame;
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
     let (tail, entered) = (a.new_dynamic_label(), a.new_dynamic_label());
     plan_checks(a, j, (fail_here, Some(tail)), flags_dead, at_start);
@@ -2255,8 +2284,10 @@ fn inline_call(
         ; jne =>via_stub
         ; cmp QWORD [rax + p.stub], 0
         ; jne =>fail_here
-        ; lea rcx, [rsp + 8]
-        ; cmp rcx, QWORD [rdx + top]
+        ; mov rcx, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rcx + fl.sp]
+        ; sub rcx, 8
+        ; cmp rsp, rcx
         ; ja =>fail_here
     );
     // The two kinds of call each have their own copy of the rest, so that neither tests
@@ -2280,7 +2311,8 @@ fn inline_call(
         ; =>via_stub
         ; cmp QWORD [rax + p.stub], 0
         ; je =>fail_here
-        ; cmp rsp, QWORD [rdx + top]
+        ; mov rcx, QWORD [rdx + frame]
+        ; cmp rsp, QWORD [rcx + fl.sp]
         ; jne =>fail_here
     );
     call_frame(a, j, StubState::Set, fail_saved);
@@ -2339,7 +2371,6 @@ fn inline_tail_call(
     (fail_here, fail_saved): (DynamicLabel, DynamicLabel),
 ) {
     let JumpOffsets {
-        top,
         frame,
         base_neg,
         nonskipped,
@@ -2358,9 +2389,9 @@ fn inline_tail_call(
         // After a tail jump into a PLT stub (the stub case ran): the stub's frame (return
         // address 0) on top at rsp, and the frame below it returns into a known context.
         ; stub_tail:
-        ; cmp rsp, QWORD [rdx + top]
-        ; jne =>fail_here
         ; mov rcx, QWORD [rdx + frame]
+        ; cmp rsp, QWORD [rcx + fl.sp]
+        ; jne =>fail_here
         ; cmp QWORD [rcx + fl.ret_addr], 0
         ; jne =>fail_here
         ; sub rcx, fl.size
@@ -2375,7 +2406,9 @@ fn inline_tail_call(
     call_frame_arc(a, j, StubState::Tested);
     dynasm!(a
         ; .arch x64
-        ; mov rcx, QWORD [rdx + top]
+        // The frame lies at the old top's sp, not at rsp.
+        ; mov rcx, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rcx + fl.sp]
         ; mov QWORD [rsi + fl.sp], rcx
         ; mov QWORD [rsi + fl.ret_addr], 0
         // The key of the frame it returns through (below the stub's frame, if any).
@@ -2388,12 +2421,6 @@ fn inline_tail_call(
         ; mov QWORD [rsi + fl.key], rcx
     );
     frame_top(a, j);
-    dynasm!(a
-        ; .arch x64
-        // The frame lies at the old top's sp, not at rsp.
-        ; mov rcx, QWORD [rsi + fl.sp]
-        ; mov QWORD [rdx + top], rcx
-    );
     call_frame_enter(a, j, StubState::Tested);
 }
 
@@ -2401,12 +2428,12 @@ fn inline_tail_call(
 /// active): nothing to unwind (rsp <= top_sp) and the top frame returns into a known context
 /// (the empty frame's key is none); else to `fail_here`.
 fn tail_from_top(a: &mut Asm, j: &super::calltrack::InlineJump, fail_here: DynamicLabel) {
-    let JumpOffsets { top, frame, .. } = JUMP_OFF;
+    let JumpOffsets { frame, .. } = JUMP_OFF;
     dynasm!(a
         ; .arch x64
-        ; cmp rsp, QWORD [rdx + top]
-        ; ja =>fail_here
         ; mov rcx, QWORD [rdx + frame]
+        ; cmp rsp, QWORD [rcx + j.frame.sp]
+        ; ja =>fail_here
         ; cmp QWORD [rcx + j.frame.key], -1
         ; je =>fail_here
     );
@@ -2852,10 +2879,9 @@ fn frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail: DynamicLabel)
 /// The end of a frame push (rsi = the new frame, its other fields written): the running
 /// cost at entry (lazily the Ir, which the state's `ir` is; with eager charging every word
 /// in use, before the callee is charged, with the inline deltas) and the function stack's
-/// depth; the frame becomes the top one, at rsp.
+/// depth; the frame becomes the top one.
 fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
     let JumpOffsets {
-        top,
         frame,
         run_ir,
         fn_base,
@@ -2888,7 +2914,6 @@ fn frame_top(a: &mut Asm, j: &super::calltrack::InlineJump) {
         ; sub rcx, QWORD [rdx + fn_base]
         ; mov QWORD [rsi + fl.fn_off], rcx
         ; mov QWORD [rdx + frame], rsi
-        ; mov QWORD [rdx + top], rsp
     );
 }
 
@@ -2972,7 +2997,7 @@ fn inline_stub(
 ) {
     let JumpOffsets {
         expect,
-        top,
+        frame,
         lcount,
         uncounted,
         nonskipped,
@@ -2992,8 +3017,10 @@ fn inline_stub(
         ; .arch x64
         ; cmp QWORD [rdx + JUMP_OFF.base_neg], 0
         ; je =>fail_here
-        ; lea rcx, [rsp + 8]
-        ; cmp rcx, QWORD [rdx + top]
+        ; mov rcx, QWORD [rdx + frame]
+        ; mov rcx, QWORD [rcx + fl.sp]
+        ; sub rcx, 8
+        ; cmp rsp, rcx
         ; ja =>fail_here
     );
     let commit = |a: &mut Asm, tail: bool| {
@@ -3025,14 +3052,16 @@ fn inline_stub(
             ; mov QWORD [rsi + fl.key], -1
         );
         if tail {
-            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rdx + top] ; mov QWORD [rsi + fl.sp], rcx);
+            dynasm!(a
+                ; .arch x64
+                ; mov rcx, QWORD [rdx + frame]
+                ; mov rcx, QWORD [rcx + fl.sp]
+                ; mov QWORD [rsi + fl.sp], rcx
+            );
         } else {
             dynasm!(a ; .arch x64 ; mov QWORD [rsi + fl.sp], rsp);
         }
         frame_top(a, j);
-        if tail {
-            dynasm!(a ; .arch x64 ; mov rcx, QWORD [rsi + fl.sp] ; mov QWORD [rdx + top], rcx);
-        }
         // The stub is entered after its frame took the running cost.
         if let Some(more) = j.eager {
             stub_eager_charge(a, j, more);

@@ -412,8 +412,8 @@ unsafe impl Send for Op {}
 /// Where a tool's requests for one block are collected.
 pub struct Instrumenter {
     pub(crate) ops: Vec<Op>,
-    /// `disarm_if_unwound`'s state.
-    pub(crate) unwind_watch: Option<&'static calltrack::JumpState>,
+    /// `disarm_if_unwound`'s state and the offset of a frame's `sp`.
+    pub(crate) unwind_watch: Option<(&'static calltrack::JumpState, i32)>,
     key: (u64, u64),
     /// Where the translation will go (cost arrays are placed near it).
     host: u64,
@@ -559,11 +559,12 @@ impl Instrumenter {
     /// Callgrind (clginline), for a block that ends plainly (its successor may take the short
     /// form of the jump case): where the block may leave `rsp` above where it found it, after
     /// its last write to `rsp`, disarms `state`'s expected key when `rsp` lies above the top
-    /// frame's sp. The short form then needs no unwind check of its own: `rsp <= top_sp` holds
-    /// at the start of every block an inline case enters, and a block that does not raise
-    /// `rsp` keeps it so for the next.
-    pub fn disarm_if_unwound(&mut self, state: &'static calltrack::JumpState) {
-        self.unwind_watch = Some(state);
+    /// frame's sp (`state.ret_frame`'s, the frame's `sp` at byte `sp` of it). The short form
+    /// then needs no unwind check of its own: `rsp <=` that sp holds at the start of every
+    /// block an inline case enters, and a block that does not raise `rsp` keeps it so for the
+    /// next.
+    pub fn disarm_if_unwound(&mut self, state: &'static calltrack::JumpState, sp: i32) {
+        self.unwind_watch = Some((state, sp));
     }
 
     /// For a `rep` string instruction `insn`: calls `helper(arg0, taken, addr)` (`addr` the

@@ -1234,7 +1234,7 @@ impl Tool for Callgrind {
         let inline = self.runtime().is_some_and(|rt| rt.inline_jumps);
         if inline && bb.plain_exit {
             // The next block's short form leaves the unwind check to this one.
-            ins.disarm_if_unwound(runtime::jump());
+            ins.disarm_if_unwound(runtime::jump(), runtime::frame_layout().sp);
         }
         // The call case (`CallPlan`) where a fast-path call into the block could be made: no
         // trigger, toggle or skipped function. A function's entry block takes only

@@ -778,9 +778,8 @@ impl Entry {
     }
 
     /// The frame below the bottom one (`FrameStack`): no block has its return address or
-    /// key, and a tail frame's walk stops at it. Its `sp` is the top sp of an empty stack
-    /// (`JumpState::top_sp`), which the inline return case takes from the frame it leaves
-    /// on top.
+    /// key, and a tail frame's walk stops at it. Its `sp` is the top sp of an empty stack,
+    /// which the inline code reads from the top frame.
     const SENTINEL: Entry = Entry {
         jcc: Id::NONE,
         cxt: Id::NONE,
@@ -953,9 +952,31 @@ const FN_BYTES: usize = core::mem::size_of::<u32>();
 /// A frame's size, the bytes the inline return path pops for one frame.
 const FRAME: u64 = core::mem::size_of::<Entry>() as u64;
 
-/// The top frame the inline paths see while disarmed: no block has its return address or
-/// key (while armed, the stack's sentinel, `FrameStack`).
-static EMPTY_FRAME: Entry = Entry::SENTINEL;
+/// The top frame the inline paths see while the frame cases are disarmed: no block has its
+/// return address or key, and its `sp` is the thread's top sp, which the jump case's unwind
+/// checks compare `rsp` with (`inline_push` sets it; while armed they read the real top
+/// frame's, or the stack's sentinel's, `FrameStack`).
+struct DisarmedFrame(core::cell::UnsafeCell<Entry>);
+
+// SAFETY: written only by the tool with the guest stopped (`inline_push`, under the run
+// lock), read by the inline code of the thread whose state is current.
+unsafe impl Sync for DisarmedFrame {}
+
+static DISARMED_FRAME: DisarmedFrame = DisarmedFrame(core::cell::UnsafeCell::new(Entry::SENTINEL));
+
+impl DisarmedFrame {
+    /// The frame's address, for `JumpState::ret_frame`.
+    fn addr(&self) -> u64 {
+        self.0.get() as u64
+    }
+
+    /// Makes `sp` the top sp the inline code finds in it. Integer-only.
+    #[inline(always)]
+    fn set_sp(&self, sp: u64) {
+        // SAFETY: see `Sync`: no inline code runs while the tool writes it.
+        unsafe { core::ptr::write_volatile(core::ptr::addr_of_mut!((*self.0.get()).sp), sp) };
+    }
+}
 const _: () = assert!(core::mem::offset_of!(Bbcc, count) == 0);
 const _: () = assert!(core::mem::offset_of!(Bbcc, ir) == 8);
 
@@ -2718,9 +2739,6 @@ impl Runtime {
             }
         }
         jump()
-            .top_sp
-            .store(f.top_sp.min(i64::MAX as u64), Ordering::Relaxed);
-        jump()
             .last_count
             .store(f.last_count as u64, Ordering::Relaxed);
         // Lazily, the running Ir's delta holds the last block's Ir while it is the last one
@@ -2790,7 +2808,8 @@ impl Runtime {
                 }
             }
         } else {
-            js.ret_frame.store(&EMPTY_FRAME as *const Entry as u64, r);
+            DISARMED_FRAME.set_sp(f.top_sp.min(i64::MAX as u64));
+            js.ret_frame.store(DISARMED_FRAME.addr(), r);
             js.stack_base_neg.store(0, r);
             js.fn_len.store(0, r);
         }
@@ -2814,7 +2833,7 @@ impl Runtime {
         js.expect.store(u64::MAX, Ordering::Relaxed);
         jump()
             .ret_frame
-            .store(&EMPTY_FRAME as *const Entry as u64, Ordering::Relaxed);
+            .store(DISARMED_FRAME.addr(), Ordering::Relaxed);
         js.stack_base_neg.store(0, Ordering::Relaxed);
         js.fn_len.store(0, Ordering::Relaxed);
         js.exit.store(EXIT_OTHER, Ordering::Relaxed);
@@ -3558,7 +3577,11 @@ mod tests {
         // SAFETY: the inline paths' view of a cost centre: its counter, then the block's Ir.
         let last_ir = unsafe { *(jump().last_count.load(Ordering::Relaxed) as *const u64).add(1) };
         assert_eq!(last_ir, 3);
-        assert_eq!(jump().top_sp.load(Ordering::Relaxed), i64::MAX as u64);
+        // The stack is empty: the top frame the inline code sees (the sentinel, or the
+        // disarmed frame) has the empty stack's top sp.
+        let top = jump().ret_frame.load(Ordering::Relaxed) as *const Entry;
+        // SAFETY: `ret_frame` points at a live frame; nothing else runs.
+        assert_eq!(unsafe { (*top).sp }, i64::MAX as u64);
         // Lazily the state's Ir is the running Ir with the last block's (`a`'s 3) while it
         // is the last one.
         assert_eq!(jump().ir.load(Ordering::Relaxed), t.run[R_IR] + 3);
