@@ -216,6 +216,65 @@ fn arcs_match_valgrind() {
     }
 }
 
+/// `--fn-skip`: the skipped functions' costs go to their callers and their calls from
+/// there on are the caller's. Inside them the inline paths run blocks with the frame cases
+/// disarmed (the disarmed frame's top sp stands in for the stack's), `popjmp`'s unwind
+/// check too, after it pops its own return address. Self Ir of every function that is
+/// left, and the calls on every arc from them, equal Valgrind's.
+#[test]
+fn fn_skip_charges_skipped_functions_to_their_callers_like_valgrind() {
+    let Some(vg) = valgrind() else {
+        println!("valgrind not installed: comparison skipped");
+        return;
+    };
+    let Some(exe) = build("clg_graph_skip", &[]) else {
+        return;
+    };
+    let skip = [
+        "--fn-skip=chain*",
+        "--fn-skip=op_*",
+        "--fn-skip=setup",
+        "--fn-skip=popjmp",
+    ];
+    let mine = rgrind_profile(&exe, "clg_graph_skip.rg", &skip);
+    let out = scratch_dir().join("clg_graph_skip.vg");
+    let file = format!("--callgrind-out-file={}", out.display());
+    let mut args = vec!["--tool=callgrind", file.as_str()];
+    args.extend_from_slice(&skip);
+    let o = run_valgrind(&vg, &args, &Cmd::new(&exe));
+    assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+    let theirs = profile_of(&out);
+    let skipped =
+        |f: &str| f.starts_with("chain") || f.starts_with("op_") || f == "setup" || f == "popjmp";
+    assert!(
+        !theirs.self_ir.keys().any(|f| skipped(f)),
+        "skipped functions listed: {theirs:?}"
+    );
+    let kept: Vec<&str> = GRAPH_FNS.iter().copied().filter(|f| !skipped(f)).collect();
+    for f in kept.iter().copied().chain(["main"]) {
+        assert_eq!(mine.self_ir.get(f), theirs.self_ir.get(f), "self Ir of {f}");
+    }
+    let mut arcs = 0;
+    for ((a, b), (calls, _)) in &theirs.arcs {
+        if !(a == "main" || kept.contains(&a.as_str())) || b.starts_with("_dl_runtime_resolve") {
+            continue;
+        }
+        let mc = mine.arcs.get(&(a.clone(), b.clone())).map(|m| m.0);
+        assert_eq!(mc, Some(*calls), "calls {a} -> {b}");
+        arcs += 1;
+    }
+    assert!(arcs >= 8, "only {arcs} arcs compared: {theirs:?}");
+    // The whole run within 0.5%: the lazy-binding resolver's variant follows the CPU
+    // features each reports.
+    let diff = mine.totals.abs_diff(theirs.totals);
+    assert!(
+        diff * 200 <= theirs.totals,
+        "totals {} vs {}",
+        mine.totals,
+        theirs.totals
+    );
+}
+
 #[test]
 fn toggle_collect_request_limits_cost_to_measured() {
     if !std::path::Path::new("/usr/include/valgrind/callgrind.h").exists() {

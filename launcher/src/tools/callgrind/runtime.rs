@@ -3553,8 +3553,47 @@ mod tests {
     }
 
     /// The only test that touches the global [`jump`].
+    /// The jump case's unwind checks read the top sp from the frame `ret_frame` points at:
+    /// while a skipped function runs (the frame cases disarmed) that is the disarmed frame,
+    /// which must carry the thread's top sp, not the empty stack's.
+    /// The tests that arm the process's one inline state (`jump`) take turns.
+    static INLINE_STATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+    #[test]
+    fn the_disarmed_frame_carries_the_top_sp() {
+        let _turn = INLINE_STATE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut rt = runtime(false);
+        rt.inline_jumps = true;
+        let t = rt.thread(9);
+        // SAFETY: the boxed state stays in place; nothing else uses it.
+        let t = unsafe { &mut *t };
+        let a = block(0x2000, 3, JumpExit::None, Vec::new());
+        rt.setup(t, a, 0x8000);
+        t.stack.push(Entry {
+            sp: 0x7ff0,
+            ..Entry::SPARE
+        });
+        t.fast.top_sp = 0x7ff0;
+        t.nonskipped = Some(0);
+        rt.inline_push(t);
+        assert_eq!(
+            jump().stack_base_neg.load(Ordering::Relaxed),
+            0,
+            "frame cases armed"
+        );
+        let top = jump().ret_frame.load(Ordering::Relaxed) as *const Entry;
+        // SAFETY: `ret_frame` points at a live frame; nothing else runs.
+        let top = unsafe { &*top };
+        assert_eq!(
+            (top.sp, top.plan_key, top.ret_addr),
+            (0x7ff0, u64::MAX, u64::MAX)
+        );
+        Runtime::inline_disarm();
+    }
+
     #[test]
     fn inline_state_arms_for_plain_jumps_only_and_folds_back() {
+        let _turn = INLINE_STATE.lock().unwrap_or_else(|e| e.into_inner());
         let mut rt = runtime(false);
         rt.inline_jumps = true;
         let t = rt.thread(7);
