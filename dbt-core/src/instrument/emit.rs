@@ -2266,10 +2266,7 @@ fn inline_call(
     at_start: bool,
 ) {
     let JumpOffsets {
-        expect,
-        frame,
-        nonskipped,
-        ..
+        expect, nonskipped, ..
     } = JUMP_OFF;
     let p = PLAN_OFF;
     let fl = j.frame;
@@ -2284,11 +2281,13 @@ fn inline_call(
         ; jne =>via_stub
         ; cmp QWORD [rax + p.stub], 0
         ; jne =>fail_here
-        ; mov rcx, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rcx + fl.sp]
-        ; sub rcx, 8
-        ; cmp rsp, rcx
-        ; ja =>fail_here
+    );
+    save_top_frame(a);
+    dynasm!(a
+        ; .arch x64
+        ; lea rcx, [rsp + 8]
+        ; cmp rcx, QWORD [rsi + fl.sp]
+        ; ja =>fail_saved
     );
     // The two kinds of call each have their own copy of the rest, so that neither tests
     // the skipped state again (three tests a call, ~1% of a call-bound run). The direct
@@ -2311,9 +2310,12 @@ fn inline_call(
         ; =>via_stub
         ; cmp QWORD [rax + p.stub], 0
         ; je =>fail_here
-        ; mov rcx, QWORD [rdx + frame]
-        ; cmp rsp, QWORD [rcx + fl.sp]
-        ; jne =>fail_here
+    );
+    save_top_frame(a);
+    dynasm!(a
+        ; .arch x64
+        ; cmp rsp, QWORD [rsi + fl.sp]
+        ; jne =>fail_saved
     );
     call_frame(a, j, StubState::Set, fail_saved);
     dynasm!(a ; .arch x64 ; jmp =>entered ; =>tail);
@@ -2402,13 +2404,13 @@ fn inline_tail_call(
         ; je =>fail_here
         ; checked:
     );
+    save_top_frame(a);
     call_frame_slot(a, j, fail_saved);
     call_frame_arc(a, j, StubState::Tested);
     dynasm!(a
         ; .arch x64
-        // The frame lies at the old top's sp, not at rsp.
-        ; mov rcx, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rcx + fl.sp]
+        // The frame lies at the old top's (right below it) sp, not at rsp.
+        ; mov rcx, QWORD [rsi + fl.sp - fl.size]
         ; mov QWORD [rsi + fl.sp], rcx
         ; mov QWORD [rsi + fl.ret_addr], 0
         // The key of the frame it returns through (below the stub's frame, if any).
@@ -2439,11 +2441,11 @@ fn tail_from_top(a: &mut Asm, j: &super::calltrack::InlineJump, fail_here: Dynam
     );
 }
 
-/// The call cases' checks before a frame is pushed (rax = the plan, rdx = the state; rbx
-/// and rsi are saved here): the callee's activation count (rbx then points at it) gives the
-/// planned recursion level (`lo ..= lo + span`), rsi = a free frame slot and the function
-/// stack has room. Else to `fail_saved`, as always while the frame cases are disarmed: the
-/// state then holds no functions (`JumpState::fn_len` 0).
+/// The call cases' checks before a frame is pushed (rax = the plan, rdx = the state, rsi =
+/// the top frame, `save_top_frame`): the callee's activation count (rbx then points at it)
+/// gives the planned recursion level (`lo ..= lo + span`), rsi = a free frame slot and the
+/// function stack has room. Else to `fail_saved`, as always while the frame cases are
+/// disarmed: the state then holds no functions (`JumpState::fn_len` 0).
 fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: DynamicLabel) {
     let JumpOffsets {
         fn_active,
@@ -2455,8 +2457,6 @@ fn call_frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail_saved: Dy
     let p = PLAN_OFF;
     dynasm!(a
         ; .arch x64
-        ; gs mov QWORD [IS3], rbx
-        ; gs mov QWORD [IS4], rsi
         ; mov rbx, QWORD [rax + p.to_fn]
         ; cmp rbx, QWORD [rdx + fn_len]
         ; jae =>fail_saved
@@ -2860,16 +2860,24 @@ fn plan_checks(
     );
 }
 
-/// rsi = the slot of a new frame above the top one (above the stack's sentinel when it is
-/// empty; rbx and rsi saved); to `fail` when the shadow stack's capacity has none.
+/// rbx and rsi saved, rsi = the top frame (the stack's sentinel when it is empty), whose
+/// `sp` the cases check before the frame slot (`frame_slot`).
+fn save_top_frame(a: &mut Asm) {
+    dynasm!(a
+        ; .arch x64
+        ; gs mov QWORD [IS3], rbx
+        ; gs mov QWORD [IS4], rsi
+        ; mov rsi, QWORD [rdx + JUMP_OFF.frame]
+    );
+}
+
+/// rsi (the top frame, `save_top_frame`) = the slot of a new frame above it; to `fail` when
+/// the shadow stack's capacity has none.
 fn frame_slot(a: &mut Asm, j: &super::calltrack::InlineJump, fail: DynamicLabel) {
-    let JumpOffsets {
-        frame, stack_last, ..
-    } = JUMP_OFF;
+    let stack_last = JUMP_OFF.stack_last;
     let fl = j.frame;
     dynasm!(a
         ; .arch x64
-        ; mov rsi, QWORD [rdx + frame]
         ; add rsi, fl.size
         ; cmp rsi, QWORD [rdx + stack_last]
         ; ja =>fail
@@ -3024,11 +3032,7 @@ fn inline_stub(
         ; ja =>fail_here
     );
     let commit = |a: &mut Asm, tail: bool| {
-        dynasm!(a
-            ; .arch x64
-            ; gs mov QWORD [IS3], rbx
-            ; gs mov QWORD [IS4], rsi
-        );
+        save_top_frame(a);
         frame_slot(a, j, fail_saved);
         // Commit: charge the caller's block, as the jump case does (with eager charging it
         // was charged when it started).
@@ -3054,8 +3058,7 @@ fn inline_stub(
         if tail {
             dynasm!(a
                 ; .arch x64
-                ; mov rcx, QWORD [rdx + frame]
-                ; mov rcx, QWORD [rcx + fl.sp]
+                ; mov rcx, QWORD [rsi + fl.sp - fl.size]
                 ; mov QWORD [rsi + fl.sp], rcx
             );
         } else {
