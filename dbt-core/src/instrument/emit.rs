@@ -3005,7 +3005,6 @@ fn inline_stub(
 ) {
     let JumpOffsets {
         expect,
-        frame,
         lcount,
         uncounted,
         nonskipped,
@@ -3025,14 +3024,16 @@ fn inline_stub(
         ; .arch x64
         ; cmp QWORD [rdx + JUMP_OFF.base_neg], 0
         ; je =>fail_here
-        ; mov rcx, QWORD [rdx + frame]
-        ; mov rcx, QWORD [rcx + fl.sp]
-        ; sub rcx, 8
-        ; cmp rsp, rcx
-        ; ja =>fail_here
     );
+    save_top_frame(a);
+    dynasm!(a
+        ; .arch x64
+        ; lea rcx, [rsp + 8]
+        ; cmp rcx, QWORD [rsi + fl.sp]
+        ; ja =>fail_saved
+    );
+    // After `save_top_frame`.
     let commit = |a: &mut Asm, tail: bool| {
-        save_top_frame(a);
         frame_slot(a, j, fail_saved);
         // Commit: charge the caller's block, as the jump case does (with eager charging it
         // was charged when it started).
@@ -3092,6 +3093,7 @@ fn inline_stub(
         ; jne =>fail_here
     );
     tail_from_top(a, j, fail_here);
+    save_top_frame(a);
     commit(a, true);
     dynasm!(a ; .arch x64 ; jmp =>entered);
     case_failed(a, fail, (fail_here, fail_saved), flags_dead, true);
