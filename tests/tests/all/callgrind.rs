@@ -175,13 +175,18 @@ fn call_counts_match_hand_computed_values() {
     assert_eq!(p.totals, p.self_ir.values().sum::<u64>());
 }
 
-#[test]
-fn arcs_match_valgrind() {
+/// Valgrind and the guest `clg_graph` built as `name`; None (with a message) without either.
+fn valgrind_and_graph(name: &str) -> Option<(PathBuf, PathBuf)> {
     let Some(vg) = valgrind() else {
         println!("valgrind not installed: comparison skipped");
-        return;
+        return None;
     };
-    let Some(exe) = build("clg_graph_vg", &[]) else {
+    Some((vg, build(name, &[])?))
+}
+
+#[test]
+fn arcs_match_valgrind() {
+    let Some((vg, exe)) = valgrind_and_graph("clg_graph_vg") else {
         return;
     };
     let mine = rgrind_profile(&exe, "clg_graph_vg.rg", &[]);
@@ -223,11 +228,7 @@ fn arcs_match_valgrind() {
 /// left, and the calls on every arc from them, equal Valgrind's.
 #[test]
 fn fn_skip_charges_skipped_functions_to_their_callers_like_valgrind() {
-    let Some(vg) = valgrind() else {
-        println!("valgrind not installed: comparison skipped");
-        return;
-    };
-    let Some(exe) = build("clg_graph_skip", &[]) else {
+    let Some((vg, exe)) = valgrind_and_graph("clg_graph_skip") else {
         return;
     };
     let skip = [

@@ -3553,18 +3553,31 @@ mod tests {
     }
 
     /// The only test that touches the global [`jump`].
-    /// The jump case's unwind checks read the top sp from the frame `ret_frame` points at:
-    /// while a skipped function runs (the frame cases disarmed) that is the disarmed frame,
-    /// which must carry the thread's top sp, not the empty stack's.
     /// The tests that arm the process's one inline state (`jump`) take turns.
     static INLINE_STATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-    #[test]
-    fn the_disarmed_frame_carries_the_top_sp() {
-        let _turn = INLINE_STATE.lock().unwrap_or_else(|e| e.into_inner());
+    /// A runtime with the inline paths on and its thread `key` (boxed: the pointer stays
+    /// valid), while the caller holds the inline state's turn.
+    fn inline_runtime(
+        key: u64,
+    ) -> (
+        std::sync::MutexGuard<'static, ()>,
+        Runtime,
+        *mut ThreadState,
+    ) {
+        let turn = INLINE_STATE.lock().unwrap_or_else(|e| e.into_inner());
         let mut rt = runtime(false);
         rt.inline_jumps = true;
-        let t = rt.thread(9);
+        let t = rt.thread(key);
+        (turn, rt, t)
+    }
+
+    /// The jump case's unwind checks read the top sp from the frame `ret_frame` points at:
+    /// while a skipped function runs (the frame cases disarmed) that is the disarmed frame,
+    /// which must carry the thread's top sp, not the empty stack's.
+    #[test]
+    fn the_disarmed_frame_carries_the_top_sp() {
+        let (_turn, mut rt, t) = inline_runtime(9);
         // SAFETY: the boxed state stays in place; nothing else uses it.
         let t = unsafe { &mut *t };
         let a = block(0x2000, 3, JumpExit::None, Vec::new());
@@ -3593,10 +3606,7 @@ mod tests {
 
     #[test]
     fn inline_state_arms_for_plain_jumps_only_and_folds_back() {
-        let _turn = INLINE_STATE.lock().unwrap_or_else(|e| e.into_inner());
-        let mut rt = runtime(false);
-        rt.inline_jumps = true;
-        let t = rt.thread(7);
+        let (_turn, mut rt, t) = inline_runtime(7);
         // SAFETY: the boxed state stays in place; nothing else uses it.
         let t = unsafe { &mut *t };
         let a = block(0x1000, 3, JumpExit::None, Vec::new());
