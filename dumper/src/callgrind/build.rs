@@ -234,7 +234,9 @@ fn unnamed(loc: &Location) -> String {
     format!("0x{:016x}", loc.offset)
 }
 
-fn callgrind_fn_name(loc: &Location) -> String {
+/// The function name Callgrind gives the code at `loc`: its symbol's, else its offset in its
+/// object (`0x` and 16 hex digits).
+pub fn callgrind_fn_name(loc: &Location) -> String {
     match &loc.function {
         Some(f) => f.clone(),
         None => unnamed(loc),

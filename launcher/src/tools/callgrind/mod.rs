@@ -519,7 +519,7 @@ impl Callgrind {
             if let Some(&(fn_id, flags)) = self.fn_by_offset.get(&(obj, loc.offset)) {
                 return (obj, fn_id, flags);
             }
-            let name = format!("0x{:016x}", loc.offset);
+            let name = dumper::callgrind::callgrind_fn_name(loc);
             let flags = self.flags_for(&name, plt);
             self.fn_by_offset.insert((obj, loc.offset), (nf, flags));
             self.fns.push(FnNode {
@@ -529,10 +529,7 @@ impl Callgrind {
             return (obj, nf, flags);
         }
         let file = loc.file_name().to_string();
-        let name = loc
-            .function
-            .clone()
-            .unwrap_or_else(|| format!("0x{:016x}", loc.offset));
+        let name = dumper::callgrind::callgrind_fn_name(loc);
         let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
         if fn_id == nf {
             self.fns.push(FnNode {
