@@ -254,9 +254,9 @@ pub struct InlineRec {
 /// The call case of the inline path, per calling cost centre: the last call the tool made
 /// from it, as the callee's entry block can repeat it. The block takes it when the previous
 /// block armed this plan (`JumpState::exit`), the plan names this block, `[rsp]` is
-/// `ret_addr`, `rsp + 8 <=` the top frame's `sp` (nothing to unwind, the frame below stays) and the
-/// callee function's activation count lies in `lo ..= lo + span` (its recursion level is
-/// the planned one), and both stacks have room. It then charges the previous block as a
+/// `ret_addr`, `rsp + 8 <=` the top frame's `sp` (nothing to unwind, the frame below stays)
+/// and the callee function's activation count lies in `lo ..= lo + span` (its recursion
+/// level is the planned one), and both stacks have room. It then charges the previous block as a
 /// jump does, adds `inc` to the activation count and one to `*arc_count`, pushes a frame
 /// (`FrameLayout`: arc, caller context, `rsp`, `ret_addr`, the running Ir, the function
 /// stack's depth, and the return plan: `ret_key`, `to_fn`, the old activation count,

@@ -1853,8 +1853,8 @@ impl ShortForm {
 
     /// Enters the block with the entry at byte `e` and puts back what was borrowed. There is
     /// nothing to unwind: the previous block ended plainly with the state armed, so it began
-    /// with `rsp <= top_sp` and, where it may have raised `rsp` above that, disarmed the
-    /// state (`Instrumenter::disarm_if_unwound`).
+    /// with `rsp` at most the top frame's sp and, where it may have raised `rsp` above that,
+    /// disarmed the state (`Instrumenter::disarm_if_unwound`).
     fn enter(&self, a: &mut Asm, j: &super::calltrack::InlineJump, e: i32) {
         let o = JUMP_OFF;
         let b = Bases {
@@ -2276,7 +2276,7 @@ fn inline_call(
     let via_stub = a.new_dynamic_label();
     dynasm!(a
         ; .arch x64
-        // A direct call: nothing to unwind and the frame below stays (rsp + 8 <= top_sp).
+        // A direct call: nothing to unwind and the frame below stays (rsp + 8 <= its sp).
         ; cmp QWORD [rdx + nonskipped], -1
         ; jne =>via_stub
         ; cmp QWORD [rax + p.stub], 0
@@ -2361,7 +2361,7 @@ fn call_frame(
 /// The call case's tail form (entered from `plan_checks` with rax = a plan whose return
 /// address is 0, rdx = the state): a `jmp` from the planning cost centre into this entry
 /// block, which Callgrind treats as a call whose frame takes the top frame's sp (nothing to
-/// unwind: rsp <= top_sp), with no return address; or, after a tail jump into a PLT stub
+/// unwind: rsp <= that sp), with no return address; or, after a tail jump into a PLT stub
 /// (the stub case's tail form ran), the stub's jump into the library, whose frame lies on
 /// the stub's. Its return plan is the frame's below (below the stub's): the return case
 /// pops it (with the stub's: the plan's `drop`) and goes on with that frame (the `ret` pops
@@ -2427,8 +2427,8 @@ fn inline_tail_call(
 }
 
 /// A tail jump out of the top frame's function (rdx = the state; no skipped function
-/// active): nothing to unwind (rsp <= top_sp) and the top frame returns into a known context
-/// (the empty frame's key is none); else to `fail_here`.
+/// active): nothing to unwind (rsp <= the top frame's sp) and the top frame returns into a
+/// known context (the sentinel's and the disarmed frame's key is none); else to `fail_here`.
 fn tail_from_top(a: &mut Asm, j: &super::calltrack::InlineJump, fail_here: DynamicLabel) {
     let JumpOffsets { frame, .. } = JUMP_OFF;
     dynasm!(a
@@ -3015,10 +3015,9 @@ fn inline_stub(
     let (fail_here, fail_saved) = (a.new_dynamic_label(), a.new_dynamic_label());
     let (tail, entered) = (a.new_dynamic_label(), a.new_dynamic_label());
     plan_checks(a, j, (fail_here, Some(tail)), flags_dead, true);
-    // A call into the stub: its frame at rsp, the frame below stays (rsp + 8 <= top_sp). A
-    // tail call (`jmp` into the stub, see `inline_tail_call`): at the
-    // top frame's sp (rsp <= top_sp), with no skipped function active, that frame
-    // returning into a known context. The frame cases must be armed (the call cases find
+    // A call into the stub: its frame at rsp, the frame below stays (rsp + 8 <= its sp). A
+    // tail call (`jmp` into the stub, see `inline_tail_call`): at the top frame's sp (rsp <=
+    // that sp), with no skipped function active, that frame returning into a known context. The frame cases must be armed (the call cases find
     // them disarmed by the function count, `call_frame_slot`).
     dynasm!(a
         ; .arch x64
