@@ -2831,6 +2831,8 @@ impl Runtime {
     pub fn inline_disarm() {
         let js = jump();
         js.expect.store(u64::MAX, Ordering::Relaxed);
+        // Its `sp` may be another thread's: the unwind checks that read it can only clear
+        // `expect`, which is cleared here.
         jump()
             .ret_frame
             .store(DISARMED_FRAME.addr(), Ordering::Relaxed);
