@@ -231,11 +231,11 @@ struct FnInfo {
 }
 
 fn unnamed(loc: &Location) -> String {
-    format!("0x{:016x}", loc.offset)
+    format!("0x{:016x}{}", loc.offset, loc.section.unnamed_suffix())
 }
 
 /// The function name Callgrind gives the code at `loc`: its symbol's, else its offset in its
-/// object (`0x` and 16 hex digits).
+/// object (`0x` and 16 hex digits) and, outside code, the section's kind (` [PLT]`).
 pub fn callgrind_fn_name(loc: &Location) -> String {
     match &loc.function {
         Some(f) => f.clone(),

@@ -29,12 +29,18 @@ use crate::error::DumpError;
 /// Reader type used for DWARF.
 pub(crate) type Reader = gimli::EndianArcSlice<gimli::RunTimeEndian>;
 
-/// The kind of section an address lies in (Callgrind uses it to name unnamed code).
+/// The kind of section an address lies in, as Valgrind's debug info classifies it
+/// (`VG_(DebugInfo_sect_kind)`): Callgrind uses it for `--skip-plt`, to make jumps between
+/// kinds calls, and to name unnamed code.
+///
+/// Valgrind's debug info covers a module's code by its `.text` section only: code anywhere
+/// else (`.init`, `.fini`, `.plt`, `.plt.got`, `.plt.sec`) has no object, file, line or
+/// symbol there ([`SectionKind::in_text`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SectionKind {
-    /// Ordinary code or unknown.
+    /// `.text`, or an address in no section the tables list.
     Text,
-    /// `.plt`, `.plt.got`, `.plt.sec`.
+    /// `.plt` (only: Valgrind 3.19 does not recognise `.plt.got` and `.plt.sec`).
     Plt,
     /// `.got`, `.got.plt`.
     Got,
@@ -42,6 +48,27 @@ pub enum SectionKind {
     Data,
     /// `.bss`.
     Bss,
+    /// Code outside `.text` that is not `.plt`: `.init`, `.fini`, `.plt.got`, `.plt.sec`.
+    OtherCode,
+}
+
+impl SectionKind {
+    /// Whether Valgrind's debug info covers an address of this kind (its `.text`).
+    pub fn in_text(self) -> bool {
+        self == SectionKind::Text
+    }
+
+    /// The suffix Callgrind puts after the address that names code without a symbol in
+    /// this kind of section (`0x0000000000109030 [PLT]`).
+    pub fn unnamed_suffix(self) -> &'static str {
+        match self {
+            SectionKind::Data => " [Data]",
+            SectionKind::Bss => " [BSS]",
+            SectionKind::Got => " [GOT]",
+            SectionKind::Plt => " [PLT]",
+            SectionKind::Text | SectionKind::OtherCode => "",
+        }
+    }
 }
 
 pub(crate) use super::tables::{Row, Sym, NO_FILE};
@@ -260,8 +287,12 @@ impl ModuleTables {
 fn collect_sections(file: &object::File, out: &mut Vec<(u64, u64, SectionKind)>) {
     for s in file.sections() {
         let name = s.name().unwrap_or("");
-        let kind = if name.starts_with(".plt") {
+        let kind = if name == ".text" {
+            continue;
+        } else if name == ".plt" {
             SectionKind::Plt
+        } else if s.kind() == ObjSectionKind::Text {
+            SectionKind::OtherCode
         } else if name.starts_with(".got") {
             SectionKind::Got
         } else if name == ".bss" {

@@ -85,10 +85,11 @@ impl ModuleInfo {
 /// What a runtime address means.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Location {
-    /// The object (module path), `None` for an unmapped address (Valgrind prints `???`).
+    /// The object (module path), `None` for an unmapped address or one outside the
+    /// module's `.text` (Valgrind prints `???`).
     pub object: Option<Arc<str>>,
     /// Link-time address: runtime address minus the module's load bias (the address itself
-    /// when no module maps it).
+    /// when `object` is `None`).
     pub offset: u64,
     /// Source file (`dir/name` as in the line table), `None` when unknown.
     pub file: Option<Arc<str>>,
@@ -354,12 +355,25 @@ impl Symbolizer {
         let Some(t) = self.tables(m) else {
             return (loc, None);
         };
+        loc.section = t.section_kind(off);
+        if !loc.section.in_text() {
+            // Valgrind's debug info knows the module by its `.text` only: no object, no
+            // symbol, no line, the address itself as the offset.
+            loc.object = None;
+            loc.offset = addr;
+            return (loc, None);
+        }
         if let Some((f, line)) = t.line(off) {
             loc.file = t.tables.files.get(f as usize).cloned();
             loc.line = line;
         }
-        loc.section = t.section_kind(off);
         (loc, Some((m, t)))
+    }
+
+    /// The path of the module mapping `addr`, wherever in it `addr` lies (Valgrind's stack
+    /// traces name the mapped file even outside the code its debug info covers).
+    pub fn mapped_object(&self, addr: u64) -> Option<Arc<str>> {
+        self.module_of(addr).map(|m| self.modules[m].name.clone())
     }
 
     /// The load bias of the module mapping `addr` (0 when unmapped).

@@ -136,7 +136,10 @@ pub fn print_backtrace(rip: u64, rsp: u64, rbp: u64) {
                 let base = file.rsplit('/').next().unwrap_or(file);
                 format!("({base}:{})", loc.line)
             }
-            _ => format!("(in {})", loc.object_name()),
+            _ => match symbols.mapped_object(pc) {
+                Some(object) => format!("(in {object})"),
+                None => "(in ???)".to_string(),
+            },
         };
         let word = if k == 0 { "at" } else { "by" };
         crate::log::line(&format!("   {word} 0x{pc:X}: {name} {place}"));
