@@ -562,18 +562,29 @@ impl Callgrind {
         let loc = sym.lookup_brief(b.start);
         let sect = loc.section as u8;
         let is_entry = loc.function_start == Some(b.start);
-        // A direct `jmp` to a function's first byte or into a PLT stub (a tail call).
-        let tail_jump = b
-            .insns
-            .last()
-            .filter(|v| v.flow == FlowKind::Jump && v.rep == RepKind::None)
-            .map(|v| v.insn.near_branch_target())
-            .is_some_and(|t| {
-                let at = sym.lookup_brief(t);
-                t != b.end
-                    && (at.function_start == Some(t)
-                        || at.section == dumper::symbols::SectionKind::Plt)
-            });
+        // A direct `jmp` to a function's first byte, into a PLT stub or from `.text` into
+        // other code (a tail call); or a stub outside `.text` (`.plt.got`, `.plt.sec`: a
+        // function of its own for Callgrind) jumping through its GOT slot into the function
+        // it stands for.
+        let tail_jump = b.insns.last().is_some_and(|v| {
+            if v.rep != RepKind::None {
+                return false;
+            }
+            match v.flow {
+                FlowKind::Jump => {
+                    let t = v.insn.near_branch_target();
+                    let at = sym.lookup_brief(t);
+                    let outside = at.section == dumper::symbols::SectionKind::OtherCode
+                        && loc.section != at.section;
+                    t != b.end
+                        && (at.function_start == Some(t)
+                            || at.section == dumper::symbols::SectionKind::Plt
+                            || outside)
+                }
+                FlowKind::IndirectJump => loc.section == dumper::symbols::SectionKind::OtherCode,
+                _ => false,
+            }
+        });
         // The function node of a symbol's blocks with one source file is found again by the
         // symbol's start and the file's shared name, without the names' copies and hashes.
         let file_ptr = loc.file.as_ref().map_or(core::ptr::null(), |f| f.as_ptr());
@@ -1211,6 +1222,10 @@ impl Tool for Callgrind {
                 if last.flow == FlowKind::Call {
                     self.call_sites.insert(last.insn.near_branch_target());
                 }
+            }
+            // SAFETY: a leaked BlockInfo, never freed.
+            if last.flow == FlowKind::Jump && unsafe { (*info).tail_jump } {
+                self.call_sites.insert(last.insn.near_branch_target());
             }
         }
         // The block-start routine first: it points the simulator helpers at this block's

@@ -392,7 +392,7 @@ impl BlockInfo {
         if missing == 0 {
             return;
         }
-        let landed = if from.exit == Exit::Call {
+        let landed = if from.exit == Exit::Call || from.tail_jump {
             CASE_CALL
         } else if from.plain_ret() {
             CASE_RET
