@@ -48,8 +48,9 @@ pub enum SectionKind {
     Data,
     /// `.bss`.
     Bss,
-    /// Code outside `.text` that is not `.plt`: `.init`, `.fini`, `.plt.got`, `.plt.sec`.
-    OtherCode,
+    /// Any other section: code outside `.text` that is not `.plt` (`.init`, `.fini`,
+    /// `.plt.got`, `.plt.sec`), `.got.plt`, `.rodata`.
+    Other,
 }
 
 impl SectionKind {
@@ -66,7 +67,7 @@ impl SectionKind {
             SectionKind::Bss => " [BSS]",
             SectionKind::Got => " [GOT]",
             SectionKind::Plt => " [PLT]",
-            SectionKind::Text | SectionKind::OtherCode => "",
+            SectionKind::Text | SectionKind::Other => "",
         }
     }
 }
@@ -286,21 +287,17 @@ impl ModuleTables {
 
 fn collect_sections(file: &object::File, out: &mut Vec<(u64, u64, SectionKind)>) {
     for s in file.sections() {
-        let name = s.name().unwrap_or("");
-        let kind = if name == ".text" {
-            continue;
-        } else if name == ".plt" {
-            SectionKind::Plt
-        } else if s.kind() == ObjSectionKind::Text {
-            SectionKind::OtherCode
-        } else if name.starts_with(".got") {
-            SectionKind::Got
-        } else if name == ".bss" {
-            SectionKind::Bss
-        } else if name == ".data" || name == ".rodata" {
-            SectionKind::Data
-        } else {
-            continue;
+        // Valgrind's names (readelf.c); `.text` is the default kind.
+        let kind = match s.name().unwrap_or("") {
+            ".text" => continue,
+            ".plt" => SectionKind::Plt,
+            ".got" => SectionKind::Got,
+            ".data" | ".sdata" => SectionKind::Data,
+            ".bss" | ".sbss" | ".dynbss" => SectionKind::Bss,
+            // `.got.plt` (Valgrind's GOTPLT kind, no name suffix) and `.rodata` (no kind).
+            ".got.plt" | ".rodata" => SectionKind::Other,
+            _ if s.kind() == ObjSectionKind::Text => SectionKind::Other,
+            _ => continue,
         };
         if s.address() != 0 && s.size() != 0 {
             out.push((s.address(), s.address().saturating_add(s.size()), kind));

@@ -31,7 +31,7 @@ use super::elf::SectionKind;
 
 /// The format's name and version (part of the cache key, so a new layout never reads an
 /// old entry).
-pub(crate) const MAGIC: &[u8; 8] = b"RGSYMv05";
+pub(crate) const MAGIC: &[u8; 8] = b"RGSYMv06";
 const SYM_SIZE: usize = 24;
 const ROW_SIZE: usize = 16;
 const PAGE_SIZE: usize = 4;
@@ -160,7 +160,7 @@ fn kind_code(k: SectionKind) -> u64 {
         SectionKind::Got => 2,
         SectionKind::Data => 3,
         SectionKind::Bss => 4,
-        SectionKind::OtherCode => 5,
+        SectionKind::Other => 5,
     }
 }
 
@@ -171,7 +171,7 @@ fn kind_of(c: u64) -> Option<SectionKind> {
         2 => SectionKind::Got,
         3 => SectionKind::Data,
         4 => SectionKind::Bss,
-        5 => SectionKind::OtherCode,
+        5 => SectionKind::Other,
         _ => return None,
     })
 }

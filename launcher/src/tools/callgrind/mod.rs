@@ -574,14 +574,14 @@ impl Callgrind {
                 FlowKind::Jump => {
                     let t = v.insn.near_branch_target();
                     let at = sym.lookup_brief(t);
-                    let outside = at.section == dumper::symbols::SectionKind::OtherCode
+                    let outside = at.section == dumper::symbols::SectionKind::Other
                         && loc.section != at.section;
                     t != b.end
                         && (at.function_start == Some(t)
                             || at.section == dumper::symbols::SectionKind::Plt
                             || outside)
                 }
-                FlowKind::IndirectJump => loc.section == dumper::symbols::SectionKind::OtherCode,
+                FlowKind::IndirectJump => loc.section == dumper::symbols::SectionKind::Other,
                 _ => false,
             }
         });
