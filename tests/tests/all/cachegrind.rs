@@ -682,7 +682,7 @@ fn loops_chained_past_their_fetch_check_take_signals_and_time_slices() {
 /// run and count as those kept in one piece. Each placement is decoded and every branch and
 /// `rip`-relative target checked against the one-piece code (`RGRIND_CHECK_SPLIT`: a wrong
 /// one is an internal error), and the profiles and output with and without the split
-/// (`RGRIND_NO_COLD_PARTS`, against a variable of the same length) are the same, under both
+/// (`RGRIND_NO_COLD_PARTS`, against a variable with the same letters) are the same, under both
 /// simulating tools (callgrind's return and call cases are out of line) and `none`.
 #[test]
 fn translations_in_two_parts_run_and_count_as_in_one() {
@@ -695,7 +695,7 @@ fn translations_in_two_parts_run_and_count_as_in_one() {
     for guest in guests {
         let cmd = guest_case(guest).cmd();
         for (k, tool) in tools.iter().enumerate() {
-            let runs: Vec<(String, String)> = ["RGRIND_NO_COLD_PARTS", "RGRIND_NO_COLD_PARTX"]
+            let runs: Vec<(String, String)> = ["RGRIND_NO_COLD_PARTS", "RGRIND_NO_COLD_PARST"]
                 .iter()
                 .map(|var| {
                     let out = scratch_dir().join(format!("split.{guest}.{k}"));
@@ -716,7 +716,7 @@ fn translations_in_two_parts_run_and_count_as_in_one() {
                         o.describe()
                     );
                     let placed_apart = o.stderr_str().matches(", out of line at ").count();
-                    if var.ends_with('X') {
+                    if *var != "RGRIND_NO_COLD_PARTS" {
                         assert!(placed_apart > 0, "{guest} {tool:?}: nothing placed apart");
                     } else {
                         assert_eq!(placed_apart, 0, "{guest} {tool:?} {var}");
@@ -743,8 +743,9 @@ fn translations_in_two_parts_run_and_count_as_in_one() {
 /// Two ways of skipping work change no count: line entries (`RGRIND_NO_LINE_ENTRIES`) and
 /// cache checks sharing their scans past way 1 (`RGRIND_NO_SHARED_SCANS`, under both
 /// simulating tools: Callgrind's LL hits go to the running cost centre). Profiles with and
-/// without each (against a variable of the same length, so that the guest's stack lies where
-/// it did) are the same, line by line, under several geometries (a direct-mapped I1 of 16
+/// without each (against a variable with the same letters, so that the guest's stack lies
+/// where it did and its environment is in the same order, see `guest_env.rs`) are the same,
+/// line by line, under several geometries (a direct-mapped I1 of 16
 /// lines misses often, so a skipped check that was not a hit would show; a 32-way D1 scans in
 /// a loop, a 12-way one in straight-line code; the `straddle` guest's accesses across two
 /// lines take a shared routine of their own).
@@ -756,8 +757,8 @@ fn line_entries_and_shared_scans_change_no_count() {
         &["--I1=1024,1,64", "--D1=2048,2,64", "--LL=65536,4,64"],
         &["--I1=4096,2,32", "--D1=16384,32,128", "--LL=262144,16,128"],
     ];
-    let line_entries = ["RGRIND_NO_LINE_ENTRIES", "RGRIND_NO_LINE_ENTRIEX"];
-    let shared_scans = ["RGRIND_NO_SHARED_SCANS", "RGRIND_NO_SHARED_SCANX"];
+    let line_entries = ["RGRIND_NO_LINE_ENTRIES", "RGRIND_NO_LINE_ENTRISE"];
+    let shared_scans = ["RGRIND_NO_SHARED_SCANS", "RGRIND_NO_SHARED_SCASN"];
     let runs = [
         ("cachegrind", line_entries),
         ("cachegrind", shared_scans),
@@ -809,14 +810,14 @@ fn line_entries_and_shared_scans_change_no_count() {
 
 /// With `--cache-sim=yes` the LL parts of L1 misses run on a thread of their own, in order
 /// (`launcher/src/tools/cachegrind/ll_queue.rs`); `RGRIND_SYNC_LL` runs them in the guest's
-/// thread instead. Both give the same profiles, line by line, for a program whose LL accesses
+/// thread instead (against a variable with the same letters). Both give the same profiles, line by line, for a program whose LL accesses
 /// go round the queue's ring many times and that forks (the child, which has no consumer
 /// thread, works through the queue itself), and the guest's output is the native one.
 #[test]
 fn lls_on_their_own_thread_count_as_in_the_guests_thread() {
     let cmd = Cmd::guest("llwalk").args(["8"]);
     let native = rgrind_tests::run(&cmd);
-    let profiles: Vec<Vec<String>> = ["RGRIND_SYNC_LL", "RGRIND_SYNC_LX"]
+    let profiles: Vec<Vec<String>> = ["RGRIND_SYNC_LL", "RGRIND_SYCN_LL"]
         .iter()
         .map(|var| {
             let dir = scratch_dir().join(format!("llqueue.{var}"));

@@ -69,8 +69,9 @@ fn native_guest_env_shows_the_host() {
 }
 
 /// The total of a whole small program (mostly ld.so and libc start-up) agrees with
-/// Valgrind's: 2% is the tolerance the project's comparison uses; the measured difference is
-/// about 0.2%.
+/// Valgrind's within 0.5% (measured: 0.1%; what is left is the preload object's longer path,
+/// ~10 Ir a byte, and a shorter auxv). Without dash's `PWD` and order `hello-static` was 2.6%
+/// below (`the_environment_is_the_one_valgrinds_wrapper_passes_on`).
 #[test]
 fn startup_totals_agree_with_valgrind() {
     let Some(vg) = valgrind() else {
@@ -106,7 +107,7 @@ fn startup_totals_agree_with_valgrind() {
         let (r, v) = (total_ir(&rg_file), total_ir(&vg_file));
         let diff = (r as f64 - v as f64).abs() / v as f64;
         assert!(
-            diff < 0.02,
+            diff < 0.005,
             "{label} under {tool}: rgrind {r} Ir, Valgrind {v} Ir ({:.2}%)",
             diff * 100.0
         );
@@ -157,4 +158,58 @@ fn exec_takes_the_preload_out_unless_followed() {
         1,
         "{line}"
     );
+}
+
+/// On Debian `valgrind` is a script run by dash, which passes on only variables with shell
+/// names, sets `PWD` and lists them in its own table's order; the script adds its
+/// variables, Valgrind its preload object. The program gets the same environment under
+/// rgrind, variable for variable and in order (the preload object's path aside): the order
+/// and the size of the environment are start-up work (glibc's tunables parse every
+/// variable, `getenv` scans them in order).
+#[test]
+fn the_environment_is_the_one_valgrinds_wrapper_passes_on() {
+    if !std::path::Path::new("/etc/debian_version").exists() {
+        println!("not a Debian-family system: no valgrind wrapper script to compare with");
+        return;
+    }
+    let Some(vg) = valgrind() else {
+        println!("valgrind is not installed: comparison skipped");
+        return;
+    };
+    let env = [
+        ("A", "1"),
+        ("PS1", "x"),
+        ("x-y", "2"),
+        ("TERM", "xterm"),
+        ("LD_PRELOAD", ""),
+        ("PWD", "/nonexistent"),
+        ("OPTIND", "1"),
+        ("B", "3"),
+        ("A", "4"),
+        ("LANG", "C"),
+    ];
+    let cmd = Cmd::new("/usr/bin/env")
+        .args(["-0"])
+        .env_exact(&env)
+        .cwd("/");
+    // The variables, with the preload object's path cut to its file name.
+    let vars = |out: &str| -> Vec<String> {
+        out.split('\0')
+            .filter(|v| !v.is_empty())
+            .map(|v| match v.strip_prefix("LD_PRELOAD=") {
+                Some(list) => {
+                    let (first, rest) = list.split_once(':').unwrap_or((list, ""));
+                    let name = first.rsplit('/').next().unwrap_or(first);
+                    format!("LD_PRELOAD={name}:{rest}")
+                }
+                None => v.to_string(),
+            })
+            .collect()
+    };
+    let theirs = run_valgrind(&vg, &["-q", "--tool=none"], &cmd);
+    let mine = run_rgrind(&["-q", "--tool=none", "--guest-env=valgrind"], &cmd);
+    assert!(mine.status.success(), "{}", mine.describe());
+    let want = vars(&theirs.stdout_str());
+    assert!(want.iter().any(|v| v == "PWD=/"), "{want:?}");
+    assert_eq!(vars(&mine.stdout_str()), want);
 }
