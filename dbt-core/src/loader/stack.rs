@@ -29,6 +29,8 @@ use super::{last_errno, page_size, round_down, round_up, show, LoadError, Mapped
 
 /// auxv tag: end of the vector.
 pub const AT_NULL: u64 = 0;
+/// An entry to skip (Valgrind's replacement for the entries it takes out).
+pub const AT_IGNORE: u64 = 1;
 /// auxv tag: address of the exe's program headers.
 pub const AT_PHDR: u64 = 3;
 /// auxv tag: size of one program header.
@@ -100,8 +102,16 @@ pub(crate) struct BuiltStack {
 /// Own auxv value for `tag` (0 when absent), as the kernel gave it. glibc's getauxval is not
 /// used: on x86-64 it answers AT_HWCAP with its own platform mask, not the kernel's value.
 fn host_auxv(tag: u64) -> u64 {
+    host_auxv_all()
+        .iter()
+        .find(|&&(k, _)| k == tag)
+        .map_or(0, |&(_, v)| v)
+}
+
+/// The auxv the kernel gave this process, in its order (`AT_NULL` left out).
+fn host_auxv_all() -> &'static [(u64, u64)] {
     static AUXV: std::sync::OnceLock<Vec<(u64, u64)>> = std::sync::OnceLock::new();
-    let auxv = AUXV.get_or_init(|| {
+    AUXV.get_or_init(|| {
         let bytes = std::fs::read("/proc/self/auxv").unwrap_or_default();
         bytes
             .chunks_exact(16)
@@ -110,9 +120,9 @@ fn host_auxv(tag: u64) -> u64 {
                 let v = u64::from_ne_bytes(c[8..].try_into().unwrap_or([0; 8]));
                 (k, v)
             })
+            .take_while(|&(k, _)| k != AT_NULL)
             .collect()
-    });
-    auxv.iter().find(|&&(k, _)| k == tag).map_or(0, |&(_, v)| v)
+    })
 }
 
 /// Maps the guest main stack and writes the initial argc/argv/envp/auxv image into it.
@@ -291,8 +301,29 @@ fn auxv_entries(inp: &StackInput<'_>, execfn: u64, platform: u64, random: u64) -
     ]);
     if inp.valgrind_auxv {
         v.retain(|&(k, _)| k != AT_HWCAP2);
+        return as_valgrind_copies(&v, host_auxv_all());
     }
     v
+}
+
+/// Valgrind's auxv: a copy of the kernel's `host`, entry for entry, with its values where
+/// `ours` has the type and every other entry (the vDSO's, `AT_MINSIGSTKSZ`, `AT_HWCAP2`,
+/// types it does not know such as `AT_RSEQ_*`) made `AT_IGNORE`. ld.so walks the entries
+/// (`_dl_parse_auxv`), so their number is start-up work. Types of `ours` the kernel did not
+/// give come last, before `AT_NULL`.
+fn as_valgrind_copies(ours: &[(u64, u64)], host: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    let value = |t: u64| ours.iter().find(|e| e.0 == t).copied();
+    let mut out: Vec<(u64, u64)> = host
+        .iter()
+        .map(|&(t, hv)| value(t).unwrap_or((AT_IGNORE, hv)))
+        .collect();
+    for &e in ours {
+        if e.0 != AT_NULL && !host.iter().any(|h| h.0 == e.0) {
+            out.push(e);
+        }
+    }
+    out.push((AT_NULL, 0));
+    out
 }
 
 /// Fills `buf` from getrandom(2).

@@ -457,6 +457,24 @@ fn check_loaded(prog: &GuestProgram, o: &LoadOptions, g: &LoadedGuest) {
         for k in [AT_HWCAP2, AT_SYSINFO_EHDR, AT_MINSIGSTKSZ] {
             assert_eq!(aux(a, k), None, "Valgrind leaves out auxv entry {k}");
         }
+        // As copies of the kernel's entries, the ones left out made AT_IGNORE in place.
+        let kernel: Vec<u64> = std::fs::read("/proc/self/auxv")
+            .unwrap()
+            .chunks_exact(16)
+            .map(|c| u64::from_ne_bytes(c[..8].try_into().unwrap()))
+            .collect();
+        let ours: Vec<u64> = a.iter().map(|e| e.0).collect();
+        assert_eq!(
+            ours.len(),
+            kernel.len(),
+            "{ours:?} vs the kernel's {kernel:?}"
+        );
+        for (o, k) in ours.iter().zip(&kernel) {
+            assert!(
+                o == k || *o == AT_IGNORE,
+                "{ours:?} vs the kernel's {kernel:?}"
+            );
+        }
     } else {
         assert_eq!(aux(a, AT_HWCAP2), Some(host(AT_HWCAP2) & !HWCAP2_FSGSBASE));
         assert_eq!(aux(a, AT_SYSINFO_EHDR), Some(host(AT_SYSINFO_EHDR)));
