@@ -63,5 +63,5 @@ pub mod symbols;
 pub use annotate::run_subcommand;
 pub use cachegrind::CgProfile;
 pub use error::DumpError;
-pub use outfile::{OutFileTemplate, TemplateError};
+pub use outfile::{create_output, OutFileTemplate, TemplateError};
 pub use symbols::{Location, ModuleInfo, ModuleSource, Symbolizer};

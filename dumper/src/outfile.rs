@@ -14,6 +14,20 @@
 
 use std::path::{Path, PathBuf};
 
+/// Opens an output file for writing as Valgrind creates its profiles: created with mode 0600
+/// (owner read and write only, before the umask; an existing file keeps its mode), else
+/// truncated, or with `append` written at its end.
+pub fn create_output(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(!append)
+        .mode(0o600)
+        .open(path)
+}
+
 /// Why a template was rejected. `Display` gives Valgrind's explanation line(s); use
 /// [`TemplateError::valgrind_lines`] for the full `Bad option:` block.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -150,7 +150,7 @@ impl CgProfile {
     /// Writes the profile to `path`.
     pub fn write_file(&self, path: &std::path::Path) -> Result<(), DumpError> {
         let name = path.display().to_string();
-        let f = std::fs::File::create(path).map_err(|e| DumpError::write(&name, e))?;
+        let f = crate::create_output(path, false).map_err(|e| DumpError::write(&name, e))?;
         let mut w = std::io::BufWriter::new(f);
         self.write_to(&mut w)
             .and_then(|()| std::io::Write::flush(&mut w))

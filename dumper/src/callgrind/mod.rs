@@ -246,7 +246,7 @@ impl ClPart {
         opts: WriteOptions,
     ) -> Result<(), crate::DumpError> {
         let name = path.display().to_string();
-        let f = std::fs::File::create(path).map_err(|e| crate::DumpError::write(&name, e))?;
+        let f = crate::create_output(path, false).map_err(|e| crate::DumpError::write(&name, e))?;
         let mut w = std::io::BufWriter::new(f);
         self.write_to(&mut w, opts)
             .and_then(|()| std::io::Write::flush(&mut w))

@@ -601,3 +601,76 @@ fn dump_before_writes_a_part_when_the_function_is_entered() {
     assert_eq!(after.self_ir.get("spin"), ta.self_ir.get("spin"));
     assert_eq!(after.self_ir.get("main"), ta.self_ir.get("main"));
 }
+
+/// Valgrind creates its profiles readable and writable by their owner only (mode 0600), the
+/// log file as any file (0666 less the umask): so does rgrind, for both tools, the empty base
+/// file `--separate-threads=yes` leaves and the per-thread ones.
+#[test]
+fn output_files_are_created_for_their_owner_only_like_valgrinds() {
+    use std::os::unix::fs::PermissionsExt;
+    let modes = |dir: &Path| -> BTreeMap<String, u32> {
+        std::fs::read_dir(dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| {
+                let e = e.expect("dir entry");
+                let mode = e.metadata().expect("metadata").permissions().mode() & 0o777;
+                // The number of thread files follows the scheduling: one name for them all.
+                let name = e.file_name().to_string_lossy().into_owned();
+                let name = match name.rsplit_once('-') {
+                    Some((base, n)) if n.bytes().all(|b| b.is_ascii_digit()) => {
+                        format!("{base}-NN")
+                    }
+                    _ => name,
+                };
+                (name, mode)
+            })
+            .collect()
+    };
+    let runs = |vg: Option<&Path>, tag: &str| -> BTreeMap<String, u32> {
+        let dir = fresh_dir(&format!("modes.{tag}"));
+        let d = dir.display().to_string();
+        let cmd = rgrind_tests::guest_case("threads").cmd();
+        let lines = [
+            vec![
+                "--tool=callgrind".to_string(),
+                "--separate-threads=yes".to_string(),
+                format!("--callgrind-out-file={d}/clg.out"),
+                format!("--log-file={d}/clg.log"),
+            ],
+            vec![
+                "--tool=cachegrind".to_string(),
+                format!("--cachegrind-out-file={d}/cg.out"),
+            ],
+        ];
+        for opts in &lines {
+            let opts: Vec<&str> = opts.iter().map(String::as_str).collect();
+            let o = match vg {
+                Some(v) => run_valgrind(v, &opts, &cmd),
+                None => run_rgrind(&opts, &cmd),
+            };
+            assert_eq!(o.end(), End::Exit(0), "{}", o.describe());
+        }
+        modes(&dir)
+    };
+    let mine = runs(None, "rg");
+    // SAFETY: umask only reads and sets this process's mask; it is put back at once.
+    let umask = unsafe {
+        let m = libc::umask(0o022);
+        libc::umask(m);
+        m
+    };
+    for (name, &mode) in &mine {
+        let want = if name.ends_with(".log") {
+            0o666 & !umask
+        } else {
+            0o600 & !umask
+        };
+        assert_eq!(mode, want, "{name}: {mode:o}");
+    }
+    assert!(mine.contains_key("clg.out-NN"), "{mine:?}");
+    if let Some(vg) = valgrind() {
+        assert_eq!(mine, runs(Some(&vg), "vg"), "the modes of Valgrind's files");
+    } else {
+        println!("valgrind not installed: compared with the known modes only");
+    }
+}

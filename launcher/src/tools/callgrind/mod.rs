@@ -452,11 +452,7 @@ impl Callgrind {
         let base = t
             .base_name()
             .map_err(|e| e.valgrind_lines("--callgrind-out-file", t.opts.out_file.as_str()))?;
-        let _ = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&base);
+        let _ = dumper::create_output(std::path::Path::new(&base), false);
         t.base = Some((std::process::id(), base));
         lines.push(StartupLine::User(
             "For interactive control, run 'callgrind_control -h'.".to_string(),
@@ -1138,12 +1134,7 @@ impl Callgrind {
             continued: append,
         };
         let result = (|| -> Result<(), String> {
-            let f = std::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .append(append)
-                .truncate(!append)
-                .open(&name)
+            let f = dumper::create_output(std::path::Path::new(&name), append)
                 .map_err(|e| format!("{name}: {e}"))?;
             let mut w = std::io::BufWriter::with_capacity(1 << 16, f);
             data.write_to(&sym, &copts, &mut w)
