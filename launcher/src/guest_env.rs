@@ -44,9 +44,8 @@ pub fn build(valgrind: bool) -> Result<(Vec<CString>, Option<PathBuf>), String> 
         k == "LD_PRELOAD" && split_paths(v).any(|p| p == preload.as_os_str().as_bytes())
     });
     if debian && !traced_child {
-        let cwd = std::env::current_dir()
-            .map_err(|e| format!("cannot read the working directory: {e}"))?;
-        vars = through_dash(vars, &cwd);
+        let cwd = std::env::current_dir().ok();
+        vars = through_dash(vars, cwd.as_deref());
     }
     add_preload(&mut vars, preload.as_os_str());
     Ok((to_envp(vars), Some(preload)))
@@ -62,10 +61,11 @@ const DASH_VARINIT: [&str; 9] = [
 /// The environment Debian's `valgrind` wrapper, a dash script, gives Valgrind: the
 /// variables with shell names (the value of the last of a name, at the place of its first),
 /// `IFS`, `OPTIND` and `PPID` reset where present, `PWD` set (kept when it names the working
-/// directory `cwd`), then the wrapper's exports (`LD_LIBRARY_PATH` ending in
+/// directory `cwd`; empty, as dash leaves it, when the working directory has no path, for
+/// one removed), then the wrapper's exports (`LD_LIBRARY_PATH` ending in
 /// `/usr/lib/debug`, `GLIBCPP_FORCE_NEW=1`, `GLIBCXX_FORCE_NEW=1`), all in dash's table order
 /// (`dash_order`).
-fn through_dash(vars: Vec<(OsString, OsString)>, cwd: &Path) -> Vec<(OsString, OsString)> {
+fn through_dash(vars: Vec<(OsString, OsString)>, cwd: Option<&Path>) -> Vec<(OsString, OsString)> {
     let mut out: Vec<(OsString, OsString)> = Vec::new();
     for (k, v) in vars {
         if !is_shell_name(k.as_bytes()) {
@@ -86,8 +86,8 @@ fn through_dash(vars: Vec<(OsString, OsString)>, cwd: &Path) -> Vec<(OsString, O
         }
     }
     update(&mut out, "PWD", |old| match old {
-        Some(p) if names_dir(Path::new(p), cwd) => p.to_owned(),
-        _ => cwd.as_os_str().to_owned(),
+        Some(p) if names_dir(Path::new(p), cwd.unwrap_or(Path::new("."))) => p.to_owned(),
+        _ => cwd.map_or_else(OsString::new, |c| c.as_os_str().to_owned()),
     });
     let debug = OsStr::new(DEBIAN_DEBUG_PATH);
     update(&mut out, "LD_LIBRARY_PATH", |old| match old {
@@ -266,7 +266,7 @@ mod tests {
         let tmp = Path::new("/tmp");
         let mut v = through_dash(
             vars(&[("A", "1"), ("LD_PRELOAD", "/x.so"), ("B", "2")]),
-            tmp,
+            Some(tmp),
         );
         add_preload(&mut v, OsStr::new("/p.so"));
         let want = vars(&[
@@ -297,7 +297,7 @@ mod tests {
                 ("TERM", "xterm"),
                 ("IFS", "q"),
             ]),
-            Path::new("/"),
+            Some(Path::new("/")),
         );
         let want = vars(&[
             ("LD_LIBRARY_PATH", "/l:/usr/lib/debug"),
@@ -314,6 +314,9 @@ mod tests {
         let mut again = v.clone();
         dash_order(&mut again);
         assert_eq!(again, v, "the order is stable");
+        // In a removed folder dash's `getcwd` fails: `PWD` is empty (Valgrind ran there).
+        let v = through_dash(vars(&[("PWD", "/gone")]), None);
+        assert!(v.contains(&("PWD".into(), "".into())), "{v:?}");
         let mut v = vars(&[("A", "1"), ("LD_PRELOAD", "")]);
         add_preload(&mut v, OsStr::new("/p.so"));
         assert_eq!(v, vars(&[("A", "1"), ("LD_PRELOAD", "/p.so:")]));
