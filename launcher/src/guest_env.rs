@@ -67,13 +67,17 @@ const DASH_VARINIT: [&str; 9] = [
 /// (`dash_order`).
 fn through_dash(vars: Vec<(OsString, OsString)>, cwd: Option<&Path>) -> Vec<(OsString, OsString)> {
     let mut out: Vec<(OsString, OsString)> = Vec::new();
+    let mut at: std::collections::HashMap<OsString, usize> = std::collections::HashMap::new();
     for (k, v) in vars {
         if !is_shell_name(k.as_bytes()) {
             continue;
         }
-        match out.iter_mut().find(|(o, _)| *o == k) {
-            Some((_, old)) => *old = v,
-            None => out.push((k, v)),
+        match at.get(&k) {
+            Some(&i) => out[i].1 = v,
+            None => {
+                at.insert(k.clone(), out.len());
+                out.push((k, v));
+            }
         }
     }
     for (k, v) in out.iter_mut() {
