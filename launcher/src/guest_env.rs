@@ -8,7 +8,8 @@
 //!   variable table (`dash_order`), with `PWD` set, and the wrapper's variables:
 //!   `LD_LIBRARY_PATH` ending in `/usr/lib/debug`, `GLIBCPP_FORCE_NEW=1`, `GLIBCXX_FORCE_NEW=1`.
 //!   The environment's order and size are start-up work (`getenv` scans it, glibc's tunables
-//!   parse every variable): `hello-static` runs ~500 instructions more with one variable more.
+//!   parse every variable): `hello-static` runs ~500 instructions more with one variable more;
+//! * the shell's `_`, where it names this rgrind, naming `valgrind` instead.
 //!
 //! # Invariants
 //! * Applying it twice changes nothing (a program exec'd under `--trace-children=yes` gets
@@ -43,12 +44,41 @@ pub fn build(valgrind: bool) -> Result<(Vec<CString>, Option<PathBuf>), String> 
     let traced_child = vars.iter().any(|(k, v)| {
         k == "LD_PRELOAD" && split_paths(v).any(|p| p == preload.as_os_str().as_bytes())
     });
+    if !traced_child {
+        as_if_valgrind_was_run(&mut vars);
+    }
     if debian && !traced_child {
         let cwd = std::env::current_dir().ok();
         vars = through_dash(vars, cwd.as_deref());
     }
     add_preload(&mut vars, preload.as_os_str());
     Ok((to_envp(vars), Some(preload)))
+}
+
+/// The shell's `_` (the program it ran) names `valgrind` where it names this rgrind: a user
+/// who typed `valgrind` would have given the program that (as found on `PATH`).
+fn as_if_valgrind_was_run(vars: &mut [(OsString, OsString)]) {
+    let Ok(me) = std::env::current_exe() else {
+        return;
+    };
+    for (k, v) in vars.iter_mut() {
+        if k == "_" && std::fs::canonicalize(&*v).is_ok_and(|p| p == me) {
+            *v = find_on_path("valgrind")
+                .unwrap_or_else(|| PathBuf::from("/usr/bin/valgrind"))
+                .into_os_string();
+        }
+    }
+}
+
+/// The first executable file `name` in the folders of `PATH`.
+fn find_on_path(name: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// dash's `vartab` size and its variables made before the environment is read (`varinit`,
@@ -324,6 +354,22 @@ mod tests {
         let mut v = vars(&[("A", "1"), ("LD_PRELOAD", "")]);
         add_preload(&mut v, OsStr::new("/p.so"));
         assert_eq!(v, vars(&[("A", "1"), ("LD_PRELOAD", "/p.so:")]));
+    }
+
+    #[test]
+    fn the_shells_underscore_names_valgrind_where_it_names_rgrind() {
+        let me = std::env::current_exe().unwrap();
+        let mut v = vec![
+            (OsString::from("_"), me.clone().into_os_string()),
+            (OsString::from("A"), me.into_os_string()),
+        ];
+        as_if_valgrind_was_run(&mut v);
+        let valgrind = find_on_path("valgrind").unwrap_or_else(|| "/usr/bin/valgrind".into());
+        assert_eq!(v[0].1, valgrind.as_os_str());
+        assert_ne!(v[1].1, valgrind.as_os_str(), "only `_`");
+        let mut other = vars(&[("_", "/usr/bin/env")]);
+        as_if_valgrind_was_run(&mut other);
+        assert_eq!(other, vars(&[("_", "/usr/bin/env")]));
     }
 
     #[test]
