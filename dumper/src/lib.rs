@@ -64,4 +64,4 @@ pub use annotate::run_subcommand;
 pub use cachegrind::CgProfile;
 pub use error::DumpError;
 pub use outfile::{create_output, OutFileTemplate, TemplateError};
-pub use symbols::{Location, ModuleInfo, ModuleSource, Symbolizer};
+pub use symbols::{Brief, Location, ModuleInfo, ModuleSource, Symbolizer};

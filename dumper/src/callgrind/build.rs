@@ -230,8 +230,14 @@ struct FnInfo {
     name: String,
 }
 
+/// The name Callgrind gives code without a symbol at `offset` (`0x` and 16 hex digits) in a
+/// section of kind `section` (a suffix outside code: ` [PLT]`).
+pub fn unnamed_fn_name(offset: u64, section: crate::symbols::SectionKind) -> String {
+    format!("0x{offset:016x}{}", section.unnamed_suffix())
+}
+
 fn unnamed(loc: &Location) -> String {
-    format!("0x{:016x}{}", loc.offset, loc.section.unnamed_suffix())
+    unnamed_fn_name(loc.offset, loc.section)
 }
 
 /// The function name Callgrind gives the code at `loc`: its symbol's, else its offset in its

@@ -19,8 +19,8 @@ mod reader;
 mod writer;
 
 pub use build::{
-    callgrind_fn_name, callgrind_header, CallArc, CallgrindData, CallgrindOptions, CostKey,
-    CostTable, FnContext, JumpArc,
+    callgrind_fn_name, callgrind_header, unnamed_fn_name, CallArc, CallgrindData, CallgrindOptions,
+    CostKey, CostTable, FnContext, JumpArc,
 };
 pub use reader::parse_callgrind;
 

@@ -123,6 +123,52 @@ impl Location {
     }
 }
 
+/// [`Location`] without copies: the names borrowed from the symboliser, no function name,
+/// no inlined frames. What per-block and per-instruction lookups need, without touching a
+/// reference count or allocating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Brief<'a> {
+    /// As [`Location::object`].
+    pub object: Option<&'a Arc<str>>,
+    /// As [`Location::offset`].
+    pub offset: u64,
+    /// As [`Location::file`].
+    pub file: Option<&'a Arc<str>>,
+    /// As [`Location::function_start`] ([`Symbolizer::lookup_brief`] fills it,
+    /// [`Symbolizer::lookup_line_brief`] does not).
+    pub function_start: Option<u64>,
+    /// As [`Location::line`].
+    pub line: u32,
+    /// As [`Location::section`].
+    pub section: SectionKind,
+}
+
+impl Brief<'_> {
+    /// The file name as both tools print it (`???` when unknown).
+    pub fn file_name(&self) -> &str {
+        self.file.map_or("???", |f| f)
+    }
+
+    /// The object name as Callgrind prints it (`???` when unknown).
+    pub fn object_name(&self) -> &str {
+        self.object.map_or("???", |o| o)
+    }
+
+    /// The owned [`Location`] (without function name and inlined frames).
+    pub fn to_location(&self) -> Location {
+        Location {
+            object: self.object.cloned(),
+            offset: self.offset,
+            file: self.file.cloned(),
+            function: None,
+            function_start: self.function_start,
+            line: self.line,
+            section: self.section,
+            inlined: Vec::new(),
+        }
+    }
+}
+
 struct Module {
     info: ModuleInfo,
     name: Arc<str>,
@@ -294,7 +340,8 @@ impl Symbolizer {
 
     /// Lookup without the inlined chain (what the writers need; much cheaper).
     pub fn lookup_fast(&self, addr: u64) -> Location {
-        let (mut loc, found) = self.lookup_symbol(addr);
+        let (brief, found) = self.lookup_symbol(addr);
+        let mut loc = brief.to_location();
         if let Some((m, sym)) = found {
             let mut names = m.names.lock().unwrap_or_else(|e| e.into_inner());
             let name = names
@@ -305,16 +352,16 @@ impl Symbolizer {
         loc
     }
 
-    /// [`Symbolizer::lookup_fast`] without the name: `function_start` is filled, `function`
-    /// stays `None` (no demangling, no name copied), for callers that key on the symbol.
-    pub fn lookup_brief(&self, addr: u64) -> Location {
+    /// [`Symbolizer::lookup_fast`] borrowed and without the name: `function_start` is
+    /// filled (no demangling, no copies), for callers that key on the symbol.
+    pub fn lookup_brief(&self, addr: u64) -> Brief<'_> {
         self.lookup_symbol(addr).0
     }
 
-    /// `lookup_position` with the symbol covering `addr` (and its module), whose runtime
-    /// start goes to `function_start`.
-    fn lookup_symbol(&self, addr: u64) -> (Location, Option<(&Module, elf::Sym<'_>)>) {
-        let (mut loc, found) = self.lookup_position(addr);
+    /// `position` with the symbol covering `addr` (and its module), whose runtime start goes
+    /// to `function_start`.
+    fn lookup_symbol(&self, addr: u64) -> (Brief<'_>, Option<(&Module, elf::Sym<'_>)>) {
+        let (mut loc, found) = self.position(addr);
         let sym = found.and_then(|(m, t)| Some((m, t.symbol(loc.offset)?)));
         loc.function_start = sym.map(|(m, sym)| sym.start.wrapping_add(m.info.load_bias));
         (loc, sym)
@@ -330,27 +377,30 @@ impl Symbolizer {
     /// [`Symbolizer::lookup_fast`] without the function (no symbol search, no demangling):
     /// the object, offset, file, line and section, what a position in an output file needs.
     pub fn lookup_line(&self, addr: u64) -> Location {
-        self.lookup_position(addr).0
+        self.position(addr).0.to_location()
     }
 
-    /// `lookup_line`, with the module and its tables when there are both.
-    fn lookup_position(&self, addr: u64) -> (Location, Option<(&Module, &ModuleTables)>) {
-        let mut loc = Location {
+    /// [`Symbolizer::lookup_line`] borrowed (no copies).
+    pub fn lookup_line_brief(&self, addr: u64) -> Brief<'_> {
+        self.position(addr).0
+    }
+
+    /// `lookup_line_brief`, with the module and its tables when there are both.
+    fn position(&self, addr: u64) -> (Brief<'_>, Option<(&Module, &ModuleTables)>) {
+        let mut loc = Brief {
             object: None,
             offset: addr,
             file: None,
-            function: None,
             function_start: None,
             line: 0,
             section: SectionKind::Text,
-            inlined: Vec::new(),
         };
         let Some(mi) = self.module_of(addr) else {
             return (loc, None);
         };
         let m = &self.modules[mi];
         let off = addr.wrapping_sub(m.info.load_bias);
-        loc.object = Some(m.name.clone());
+        loc.object = Some(&m.name);
         loc.offset = off;
         let Some(t) = self.tables(m) else {
             return (loc, None);
@@ -364,7 +414,7 @@ impl Symbolizer {
             return (loc, None);
         }
         if let Some((f, line)) = t.line(off) {
-            loc.file = t.tables.files.get(f as usize).cloned();
+            loc.file = t.tables.files.get(f as usize);
             loc.line = line;
         }
         (loc, Some((m, t)))

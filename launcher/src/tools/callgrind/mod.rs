@@ -337,6 +337,9 @@ pub struct Callgrind {
     /// offset, with their flags.
     fn_by_offset: FastMap<(u32, u64), (u32, FnFlags)>,
     objs: FastMap<String, u32>,
+    /// `objs` by the address of the symboliser's object name (0: none); emptied with
+    /// `fn_by_symbol`.
+    obj_by_name_ptr: FastMap<usize, u32>,
     modules: Modules,
     sym: Option<dumper::Symbolizer>,
     exe: String,
@@ -433,6 +436,7 @@ impl Callgrind {
             fns: Vec::new(),
             fn_map: FastMap::default(),
             fn_by_symbol: FastMap::default(),
+            obj_by_name_ptr: FastMap::default(),
             fn_by_offset: FastMap::default(),
             objs: FastMap::default(),
             modules: Modules::default(),
@@ -496,34 +500,35 @@ impl Callgrind {
         }
     }
 
-    /// The object id, function id (a new node for a new function) and flags of the block at
-    /// `start`, whose location is `loc`.
-    fn fn_node(&mut self, loc: &dumper::Location, start: u64) -> (u32, u32, FnFlags) {
-        let plt = loc.section == dumper::symbols::SectionKind::Plt;
-        let obj = match self.objs.get(loc.object_name()) {
+    /// The id of the object named `name` (`???` for none), found by the name's address
+    /// after its first time.
+    fn obj_id(&mut self, name: Option<&std::sync::Arc<str>>) -> u32 {
+        let key = name.map_or(0, |n| n.as_ptr() as usize);
+        if let Some(&o) = self.obj_by_name_ptr.get(&key) {
+            return o;
+        }
+        let name = name.map_or("???", |n| n);
+        let o = match self.objs.get(name) {
             Some(&o) => o,
             None => {
                 let n = self.objs.len() as u32;
-                self.objs.insert(loc.object_name().to_string(), n);
+                self.objs.insert(name.to_string(), n);
                 n
             }
         };
-        let nf = self.fns.len() as u32;
+        self.obj_by_name_ptr.insert(key, o);
+        o
+    }
+
+    /// The object id, function id (a new node for a new function) and flags of the block at
+    /// `start`, whose location is `loc`.
+    fn fn_node(&mut self, loc: &dumper::Location, start: u64) -> (u32, u32, FnFlags) {
         if loc.function.is_none() && loc.file.is_none() {
-            // Named by its address, as Callgrind does: in a stripped program (python3) most
-            // blocks are such functions of their own, so they skip the names' hashing.
-            if let Some(&(fn_id, flags)) = self.fn_by_offset.get(&(obj, loc.offset)) {
-                return (obj, fn_id, flags);
-            }
-            let name = dumper::callgrind::callgrind_fn_name(loc);
-            let flags = self.flags_for(&name, plt);
-            self.fn_by_offset.insert((obj, loc.offset), (nf, flags));
-            self.fns.push(FnNode {
-                first_bb: start,
-                name,
-            });
-            return (obj, nf, flags);
+            let obj = self.obj_id(loc.object.as_ref());
+            return self.fn_by_address(obj, loc.offset, loc.section, start);
         }
+        let obj = self.obj_id(loc.object.as_ref());
+        let nf = self.fns.len() as u32;
         let file = loc.file_name().to_string();
         let name = dumper::callgrind::callgrind_fn_name(loc);
         let fn_id = *self.fn_map.entry((obj, file, name.clone())).or_insert(nf);
@@ -533,7 +538,32 @@ impl Callgrind {
                 name: name.clone(),
             });
         }
+        let plt = loc.section == dumper::symbols::SectionKind::Plt;
         (obj, fn_id, self.flags_for(&name, plt))
+    }
+
+    /// `fn_node` of code without symbol and file, named by its address as Callgrind names
+    /// it: in a stripped program (python3) most blocks are such functions of their own, so
+    /// they are keyed by object and offset, without names to hash.
+    fn fn_by_address(
+        &mut self,
+        obj: u32,
+        offset: u64,
+        section: dumper::symbols::SectionKind,
+        start: u64,
+    ) -> (u32, u32, FnFlags) {
+        if let Some(&(fn_id, flags)) = self.fn_by_offset.get(&(obj, offset)) {
+            return (obj, fn_id, flags);
+        }
+        let nf = self.fns.len() as u32;
+        let name = dumper::callgrind::unnamed_fn_name(offset, section);
+        let flags = self.flags_for(&name, section == dumper::symbols::SectionKind::Plt);
+        self.fn_by_offset.insert((obj, offset), (nf, flags));
+        self.fns.push(FnNode {
+            first_bb: start,
+            name,
+        });
+        (obj, nf, flags)
     }
 
     fn block_info(&mut self, b: &BlockView, ins: &mut Instrumenter) -> *const BlockInfo {
@@ -547,14 +577,17 @@ impl Callgrind {
             return p;
         }
         if !self.modules.covers(b.start) && self.modules.refresh() {
-            // Keys hold file-name pointers of the symboliser being replaced.
+            // Keys hold name pointers of the symboliser being replaced.
             self.fn_by_symbol.clear();
+            self.obj_by_name_ptr.clear();
             let old = self.sym.take();
             self.sym = Some(dumper::Symbolizer::new_reusing(self.modules.infos(), old));
         }
+        // Out of `self` while its lookups are borrowed.
         let sym = self
             .sym
-            .get_or_insert_with(|| dumper::Symbolizer::new(self.modules.infos()));
+            .take()
+            .unwrap_or_else(|| dumper::Symbolizer::new(self.modules.infos()));
         let loc = sym.lookup_brief(b.start);
         let sect = loc.section as u8;
         let is_entry = loc.function_start == Some(b.start);
@@ -589,8 +622,13 @@ impl Callgrind {
         let (obj, fn_id, flags, named) = match cached {
             Some((obj, fn_id, flags)) => (obj, fn_id, flags, true),
             // No symbol: the full lookup would find no name either.
+            None if by_symbol.is_none() && loc.file.is_none() => {
+                let obj = self.obj_id(loc.object);
+                let (obj, fn_id, flags) = self.fn_by_address(obj, loc.offset, loc.section, b.start);
+                (obj, fn_id, flags, false)
+            }
             None if by_symbol.is_none() => {
-                let (obj, fn_id, flags) = self.fn_node(&loc, b.start);
+                let (obj, fn_id, flags) = self.fn_node(&loc.to_location(), b.start);
                 (obj, fn_id, flags, false)
             }
             None => {
@@ -603,6 +641,7 @@ impl Callgrind {
                 (obj, fn_id, flags, named)
             }
         };
+        self.sym = Some(sym);
         let last = b.insns.last();
         let exit = match last.map(|v| v.flow) {
             Some(FlowKind::Call | FlowKind::IndirectCall) => Exit::Call,
@@ -1068,6 +1107,7 @@ impl Callgrind {
     ) {
         // The instrumentation's tables serve the dump too (and come back for later blocks).
         self.fn_by_symbol.clear();
+        self.obj_by_name_ptr.clear();
         let sym = dumper::Symbolizer::new_reusing(self.modules.infos(), self.sym.take());
         let th = slot.and_then(|i| rt.threads.get(i)).map(|t| (t.th, t.tid));
         let mut data = self.collect(rt, th.map(|x| x.0));
