@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::{ClEntry, ClFunction, ClHeader, ClPart, FnName, PosKind};
 use crate::error::DumpError;
-use crate::symbols::{Location, Symbolizer};
+use crate::symbols::{Brief, Location, Symbolizer};
 
 /// One Callgrind context: the function (by entry address) and its callers, innermost first
 /// (empty unless `--separate-callers` is used).
@@ -373,12 +373,12 @@ impl CallgrindData {
                 name,
             }
         };
-        let position_of = |k: &PosKind, loc: &Location| match k {
+        let position_of = |k: &PosKind, loc: &Brief| match k {
             PosKind::Line => u64::from(loc.line),
             _ => loc.offset,
         };
         let position =
-            |loc: &Location| -> Vec<u64> { kinds.iter().map(|k| position_of(k, loc)).collect() };
+            |loc: &Brief| -> Vec<u64> { kinds.iter().map(|k| position_of(k, loc)).collect() };
         // Gather per-block instruction sets.
         #[derive(Default)]
         struct Block<'a> {
@@ -475,7 +475,7 @@ impl CallgrindData {
                 }
             };
             for (&addr, costs) in &b.instrs {
-                let loc = sym.lookup_line(addr);
+                let loc = sym.lookup_line_brief(addr);
                 if let Some(c) = costs {
                     // Most instructions add to the run of their line: nothing allocated.
                     let same = |(f, p): (&String, &Vec<u64>)| {
@@ -503,12 +503,12 @@ impl CallgrindData {
                 flush(&mut run, &mut entries);
                 if let Some(jumps) = jumps {
                     for j in jumps {
-                        let tloc = sym.lookup_line(j.to_addr);
+                        let tloc = sym.lookup_line_brief(j.to_addr);
                         if !opts.dump_instr && tloc.line == 0 {
                             continue;
                         }
                         // Callgrind keeps the current file for a target without debug info.
-                        let tfile = tloc.file.as_deref().unwrap_or(&file).to_string();
+                        let tfile = tloc.file.map_or(file.as_str(), |f| f).to_string();
                         entries.push(ClEntry::Jump {
                             file: file.clone(),
                             followed: j.followed,
@@ -525,7 +525,7 @@ impl CallgrindData {
                     calls.sort_by_key(|a| (a.to_ctx, a.to_rec));
                     for a in calls {
                         let callee = &infos[a.to_ctx];
-                        let tloc = sym.lookup_line(self.contexts[a.to_ctx].entry);
+                        let tloc = sym.lookup_line_brief(self.contexts[a.to_ctx].entry);
                         entries.push(ClEntry::Call {
                             file: file.clone(),
                             cob: callee.object.clone(),
