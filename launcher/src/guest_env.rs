@@ -233,14 +233,15 @@ fn valgrinds_preload() -> Option<PathBuf> {
         ]
         .map(PathBuf::from),
     );
-    dirs.map(|d| d.join(PRELOAD_NAME)).find(|p| {
+    // An x86-64 ELF object: anything else ld.so would refuse, with a message of its own.
+    let is_x86_64_elf = |p: &Path| {
+        let mut head = [0u8; 20];
         std::fs::File::open(p)
-            .and_then(|mut f| {
-                let mut magic = [0u8; 4];
-                std::io::Read::read_exact(&mut f, &mut magic).map(|()| magic == *b"\x7fELF")
-            })
-            .unwrap_or(false)
-    })
+            .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head))
+            .is_ok_and(|()| head[..4] == *b"\x7fELF" && head[4] == 2 && head[18..20] == [62, 0])
+    };
+    dirs.map(|d| d.join(PRELOAD_NAME))
+        .find(|p| is_x86_64_elf(p))
 }
 
 /// Writes rgrind's stand-in preload object to a per-user cache directory (once per
