@@ -2282,7 +2282,7 @@ fn inline_call(
         ; cmp QWORD [rax + p.stub], 0
         ; jne =>fail_here
     );
-    save_top_frame(a);
+    save_top_frame(a, FrameRegs::RbxRsi);
     dynasm!(a
         ; .arch x64
         ; lea rcx, [rsp + 8]
@@ -2303,7 +2303,7 @@ fn inline_call(
     } else {
         dynasm!(a ; .arch x64 ; mov QWORD [rdx + expect], -1);
     }
-    case_applied(a, flags_dead, done);
+    case_applied(a, flags_dead, FrameRegs::RbxRsi, done);
     dynasm!(a
         ; .arch x64
         // Through a stub (the stub case ran): the stub's frame is the top one, at rsp.
@@ -2311,7 +2311,7 @@ fn inline_call(
         ; cmp QWORD [rax + p.stub], 0
         ; je =>fail_here
     );
-    save_top_frame(a);
+    save_top_frame(a, FrameRegs::RbxRsi);
     dynasm!(a
         ; .arch x64
         ; cmp rsp, QWORD [rsi + fl.sp]
@@ -2321,7 +2321,13 @@ fn inline_call(
     dynasm!(a ; .arch x64 ; jmp =>entered ; =>tail);
     inline_tail_call(a, j, (fail_here, fail_saved));
     dynasm!(a ; .arch x64 ; jmp =>entered);
-    case_failed(a, fail, (fail_here, fail_saved), flags_dead, at_start);
+    case_failed(
+        a,
+        fail,
+        (fail_here, fail_saved),
+        flags_dead,
+        (at_start, FrameRegs::RbxRsi),
+    );
 }
 
 /// Whether the stub case ran before a call case (the skipped state is set, its frame the
@@ -2404,7 +2410,7 @@ fn inline_tail_call(
         ; je =>fail_here
         ; checked:
     );
-    save_top_frame(a);
+    save_top_frame(a, FrameRegs::RbxRsi);
     call_frame_slot(a, j, fail_saved);
     call_frame_arc(a, j, StubState::Tested);
     dynasm!(a
@@ -2860,15 +2866,33 @@ fn plan_checks(
     );
 }
 
-/// rbx and rsi saved, rsi = the top frame (the stack's sentinel when it is empty), whose
-/// `sp` the cases check before the frame slot (`frame_slot`).
-fn save_top_frame(a: &mut Asm) {
+/// The registers a plan case borrows besides rax, rcx and rdx: rbx and rsi for the call
+/// cases (rbx points at the callee's activation count), rsi alone for the stub case.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum FrameRegs {
+    RbxRsi,
+    Rsi,
+}
+
+/// rsi (and rbx, with `RbxRsi`) saved, rsi = the top frame (the stack's sentinel when it is
+/// empty), whose `sp` the cases check before the frame slot (`frame_slot`).
+fn save_top_frame(a: &mut Asm, regs: FrameRegs) {
+    if regs == FrameRegs::RbxRsi {
+        dynasm!(a ; .arch x64 ; gs mov QWORD [IS3], rbx);
+    }
     dynasm!(a
         ; .arch x64
-        ; gs mov QWORD [IS3], rbx
         ; gs mov QWORD [IS4], rsi
         ; mov rsi, QWORD [rdx + JUMP_OFF.frame]
     );
+}
+
+/// rsi (and rbx) back from where `save_top_frame` put them.
+fn restore_top_frame_regs(a: &mut Asm, regs: FrameRegs) {
+    dynasm!(a ; .arch x64 ; gs mov rsi, QWORD [IS4]);
+    if regs == FrameRegs::RbxRsi {
+        dynasm!(a ; .arch x64 ; gs mov rbx, QWORD [IS3]);
+    }
 }
 
 /// rsi (the top frame, `save_top_frame`) = the slot of a new frame above it; to `fail` when
@@ -2957,14 +2981,10 @@ fn restore_scratch(a: &mut Asm) {
     );
 }
 
-/// The way out of a plan case that applied: rsi, rbx, the flags and rax/rcx/rdx restored,
-/// to `done`.
-fn case_applied(a: &mut Asm, flags_dead: bool, done: DynamicLabel) {
-    dynasm!(a
-        ; .arch x64
-        ; gs mov rsi, QWORD [IS4]
-        ; gs mov rbx, QWORD [IS3]
-    );
+/// The way out of a plan case that applied: rsi (and rbx), the flags and rax/rcx/rdx
+/// restored, to `done`.
+fn case_applied(a: &mut Asm, flags_dead: bool, regs: FrameRegs, done: DynamicLabel) {
+    restore_top_frame_regs(a, regs);
     restore_to(a, flags_dead, done);
 }
 
@@ -2975,15 +2995,11 @@ fn case_failed(
     fail: DynamicLabel,
     (fail_here, fail_saved): (DynamicLabel, DynamicLabel),
     flags_dead: bool,
-    at_start: bool,
+    (at_start, regs): (bool, FrameRegs),
 ) {
-    dynasm!(a
-        ; .arch x64
-        ; =>fail_saved
-        ; gs mov rsi, QWORD [IS4]
-        ; gs mov rbx, QWORD [IS3]
-        ; =>fail_here
-    );
+    dynasm!(a ; .arch x64 ; =>fail_saved);
+    restore_top_frame_regs(a, regs);
+    dynasm!(a ; .arch x64 ; =>fail_here);
     if !flags_dead {
         restore_flags(a);
     }
@@ -2996,7 +3012,8 @@ fn case_failed(
 }
 
 /// Callgrind: the stub case at the start of a skipped function's block (see
-/// `calltrack::CallPlan::stub`), as `inline_call` at a block's start.
+/// `calltrack::CallPlan::stub`), as `inline_call` at a block's start; it borrows rsi but
+/// not rbx.
 fn inline_stub(
     a: &mut Asm,
     j: &super::calltrack::InlineJump,
@@ -3024,7 +3041,7 @@ fn inline_stub(
         ; cmp QWORD [rdx + JUMP_OFF.base_neg], 0
         ; je =>fail_here
     );
-    save_top_frame(a);
+    save_top_frame(a, FrameRegs::Rsi);
     dynasm!(a
         ; .arch x64
         ; lea rcx, [rsp + 8]
@@ -3084,7 +3101,7 @@ fn inline_stub(
         ; mov QWORD [rdx + expect], -1
     );
     // A call into the stub runs straight through to the way out; the tail form jumps back.
-    case_applied(a, flags_dead, done);
+    case_applied(a, flags_dead, FrameRegs::Rsi, done);
     dynasm!(a
         ; .arch x64
         ; =>tail
@@ -3092,10 +3109,16 @@ fn inline_stub(
         ; jne =>fail_here
     );
     tail_from_top(a, j, fail_here);
-    save_top_frame(a);
+    save_top_frame(a, FrameRegs::Rsi);
     commit(a, true);
     dynasm!(a ; .arch x64 ; jmp =>entered);
-    case_failed(a, fail, (fail_here, fail_saved), flags_dead, true);
+    case_failed(
+        a,
+        fail,
+        (fail_here, fail_saved),
+        flags_dead,
+        (true, FrameRegs::Rsi),
+    );
 }
 
 /// Eager charging (`--cache-sim=yes`): the stub case charges the stub, after its frame took
