@@ -154,6 +154,35 @@ pub fn release() {
     };
 }
 
+/// The tickets taken so far (for [`yield_to_newcomer`]).
+pub fn tickets_taken() -> u64 {
+    NEXT.load(Ordering::SeqCst)
+}
+
+/// How long the holder waits for a newcomer to queue.
+const NEWCOMER_WAIT_NS: u64 = 100_000_000;
+
+/// Lets a thread that queues for the lock after `taken` (`tickets_taken` before it was
+/// started) run before the holder goes on, as Valgrind lets a new thread run after `clone`
+/// (`VG_(vg_yield)` in its `POST(sys_clone)`): the holder waits until a ticket is taken
+/// after `taken` (at most `NEWCOMER_WAIT_NS`), then queues again behind it. A thread's
+/// creation and its first time slice then come in Valgrind's order, and so do the counts of
+/// a program that joins its threads (its waits in `pthread_join`). No-op when disabled.
+pub fn yield_to_newcomer(taken: u64) {
+    if !enabled() {
+        return;
+    }
+    let start = std::time::Instant::now();
+    while NEXT.load(Ordering::SeqCst) <= taken {
+        if start.elapsed().as_nanos() as u64 > NEWCOMER_WAIT_NS {
+            return;
+        }
+        std::thread::yield_now();
+    }
+    release();
+    acquire();
+}
+
 /// In the child of a fork made while holding the lock: the waiters' threads did not come
 /// along, so the child holds the lock with nobody queued behind it.
 pub fn after_fork_child() {

@@ -161,7 +161,9 @@ pub fn spawn(
     crate::core_state::core()
         .tool
         .thread_start(parent_key, child_key);
+    let taken = crate::runlock::tickets_taken();
     let _ = go_tx.send(());
+    crate::runlock::yield_to_newcomer(taken);
     tid as i64
 }
 
