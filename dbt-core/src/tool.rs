@@ -30,8 +30,6 @@ pub use crate::instrument::calltrack::{
 pub enum FiniReason {
     /// exit/exit_group with this status.
     Exit(i32),
-    /// execve is about to replace the process image.
-    Exec,
     /// A fatal signal.
     Signal(i32),
 }

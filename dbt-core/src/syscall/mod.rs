@@ -687,13 +687,13 @@ fn exec(ctx: &mut ThreadContext, nr: u64, a: [u64; 6]) -> i64 {
     if proc_self_file(&path) == Some(ProcFile::Exe) {
         path = CString::new(exe_path.as_os_str().as_bytes()).unwrap_or_default();
     }
+    // The tool writes nothing: as under Valgrind, the counts of the image an exec replaces
+    // are lost (Callgrind's file, created at start, stays empty; Cachegrind writes none),
+    // and after an exec that fails the process goes on and writes them at its end.
     if nr as i64 == libc::SYS_execveat && a[4] != 0 {
         // execveat with flags (AT_EMPTY_PATH...) is passed as is.
-        finish(FiniReason::Exec);
         return pass_exec(nr, a);
     }
-    // The profile is written before the image is replaced, as Valgrind does.
-    finish(FiniReason::Exec);
     if !trace {
         // The native program gets neither rgrind's preload object nor a mask of rgrind's.
         let env_without_preload = preload.and_then(|p| env_without_preload(envp, &p));

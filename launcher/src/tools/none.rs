@@ -21,8 +21,8 @@ impl Tool for NoneTool {
         false
     }
 
-    fn fini(&mut self, reason: FiniReason) {
-        if !self.quiet && reason != FiniReason::Exec {
+    fn fini(&mut self, _reason: FiniReason) {
+        if !self.quiet {
             crate::log::line("");
         }
     }

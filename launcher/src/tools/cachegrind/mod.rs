@@ -853,17 +853,15 @@ impl Tool for Cachegrind {
         }
     }
 
-    fn fini(&mut self, reason: FiniReason) {
+    fn fini(&mut self, _reason: FiniReason) {
         ll_queue::drain();
-        if reason != FiniReason::Exec {
-            dumper::symbols::map_cache_entries();
-        }
+        dumper::symbols::map_cache_entries();
         let (costs, totals) = self.collect();
         let named = self
             .opts
             .out_file
             .expand_in(&self.cwd, std::process::id(), |v| std::env::var(v).ok());
-        if let (Err(e), false) = (named, reason == FiniReason::Exec) {
+        if let Err(e) = named {
             // As Cachegrind, which expands the name only now: a bad option, exit status 1.
             let value = self.opts.out_file.as_str();
             for l in e.valgrind_lines("--cachegrind-out-file", value) {
@@ -876,7 +874,7 @@ impl Tool for Cachegrind {
                 "error: cannot write the Cachegrind output file: {e}"
             ));
         }
-        if self.quiet || reason == FiniReason::Exec {
+        if self.quiet {
             return;
         }
         crate::log::line("");

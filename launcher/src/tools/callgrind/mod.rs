@@ -1460,14 +1460,11 @@ impl Tool for Callgrind {
         LAST_THREAD.store(core::ptr::null_mut(), Ordering::Relaxed);
     }
 
-    fn fini(&mut self, reason: FiniReason) {
-        // An exec that fails goes on running, to dump again later.
-        if reason != FiniReason::Exec {
-            dumper::symbols::map_cache_entries();
-        }
+    fn fini(&mut self, _reason: FiniReason) {
+        dumper::symbols::map_cache_entries();
         self.handle_triggers();
-        self.dump_then_zero(None, false, reason == FiniReason::Exec);
-        if self.quiet || reason == FiniReason::Exec {
+        self.dump_then_zero(None, false, false);
+        if self.quiet {
             return;
         }
         let total = &self.collected;
