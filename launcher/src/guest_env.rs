@@ -63,22 +63,16 @@ fn as_if_valgrind_was_run(vars: &mut [(OsString, OsString)]) {
     };
     for (k, v) in vars.iter_mut() {
         if k == "_" && std::fs::canonicalize(&*v).is_ok_and(|p| p == me) {
-            *v = find_on_path("valgrind")
-                .unwrap_or_else(|| PathBuf::from("/usr/bin/valgrind"))
-                .into_os_string();
+            *v = valgrind_on_path().into_os_string();
         }
     }
 }
 
-/// The first executable file `name` in the folders of `PATH`.
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| {
-            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
+/// The `valgrind` a shell would run (the first on `PATH`, else `/usr/bin/valgrind`).
+fn valgrind_on_path() -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    dbt_core::loader::search_path(OsStr::new("valgrind"), &path)
+        .unwrap_or_else(|_| PathBuf::from("/usr/bin/valgrind"))
 }
 
 /// dash's `vartab` size and its variables made before the environment is read (`varinit`,
@@ -365,7 +359,7 @@ mod tests {
             (OsString::from("A"), me.into_os_string()),
         ];
         as_if_valgrind_was_run(&mut v);
-        let valgrind = find_on_path("valgrind").unwrap_or_else(|| "/usr/bin/valgrind".into());
+        let valgrind = valgrind_on_path();
         assert_eq!(v[0].1, valgrind.as_os_str());
         assert_ne!(v[1].1, valgrind.as_os_str(), "only `_`");
         let mut other = vars(&[("_", "/usr/bin/env")]);

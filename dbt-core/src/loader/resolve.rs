@@ -177,7 +177,7 @@ fn trim(mut s: &[u8], blank: impl Fn(&u8) -> bool) -> &[u8] {
 
 /// The first PATH entry holding `name` as a regular file we may execute. An empty entry means
 /// the current directory (and yields `name` itself, like glibc).
-fn search_path(name: &OsStr, path_var: &OsStr) -> Result<PathBuf, LoadError> {
+pub fn search_path(name: &OsStr, path_var: &OsStr) -> Result<PathBuf, LoadError> {
     for dir in path_var.as_bytes().split(|&b| b == b':') {
         let candidate = if dir.is_empty() {
             PathBuf::from(name)

@@ -236,16 +236,12 @@ pub fn unnamed_fn_name(offset: u64, section: crate::symbols::SectionKind) -> Str
     format!("0x{offset:016x}{}", section.unnamed_suffix())
 }
 
-fn unnamed(loc: &Location) -> String {
-    unnamed_fn_name(loc.offset, loc.section)
-}
-
 /// The function name Callgrind gives the code at `loc`: its symbol's, else its offset in its
 /// object (`0x` and 16 hex digits) and, outside code, the section's kind (` [PLT]`).
 pub fn callgrind_fn_name(loc: &Location) -> String {
     match &loc.function {
         Some(f) => f.clone(),
-        None => unnamed(loc),
+        None => unnamed_fn_name(loc.offset, loc.section),
     }
 }
 

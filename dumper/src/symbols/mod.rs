@@ -149,11 +149,6 @@ impl Brief<'_> {
         self.file.map_or("???", |f| f)
     }
 
-    /// The object name as Callgrind prints it (`???` when unknown).
-    pub fn object_name(&self) -> &str {
-        self.object.map_or("???", |o| o)
-    }
-
     /// The owned [`Location`] (without function name and inlined frames).
     pub fn to_location(&self) -> Location {
         Location {

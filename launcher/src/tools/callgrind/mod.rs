@@ -521,12 +521,8 @@ impl Callgrind {
     }
 
     /// The object id, function id (a new node for a new function) and flags of the block at
-    /// `start`, whose location is `loc`.
+    /// `start`, whose location `loc` has a symbol or a file (`fn_by_address` for the rest).
     fn fn_node(&mut self, loc: &dumper::Location, start: u64) -> (u32, u32, FnFlags) {
-        if loc.function.is_none() && loc.file.is_none() {
-            let obj = self.obj_id(loc.object.as_ref());
-            return self.fn_by_address(obj, loc.offset, loc.section, start);
-        }
         let obj = self.obj_id(loc.object.as_ref());
         let nf = self.fns.len() as u32;
         let file = loc.file_name().to_string();
@@ -1247,15 +1243,14 @@ impl Tool for Callgrind {
         }
         TOOL.store(self, Ordering::Relaxed);
         let info = self.block_info(b, ins);
+        // SAFETY: a leaked BlockInfo, never freed.
+        let bb: &'static BlockInfo = unsafe { &*info };
         if let Some(last) = b.insns.last() {
             if matches!(last.flow, FlowKind::Call | FlowKind::IndirectCall) {
                 self.ret_sites.insert(b.end);
-                if last.flow == FlowKind::Call {
-                    self.call_sites.insert(last.insn.near_branch_target());
-                }
             }
-            // SAFETY: a leaked BlockInfo, never freed.
-            if last.flow == FlowKind::Jump && unsafe { (*info).tail_jump } {
+            // A direct call's target, or a direct tail jump's (a call for Callgrind).
+            if last.flow == FlowKind::Call || (last.flow == FlowKind::Jump && bb.tail_jump) {
                 self.call_sites.insert(last.insn.near_branch_target());
             }
         }
@@ -1272,8 +1267,6 @@ impl Tool for Callgrind {
             integer_only: false,
         };
         let jumps = u64::from(self.opts.collect_jumps);
-        // SAFETY: a leaked BlockInfo, never freed.
-        let bb: &'static BlockInfo = unsafe { &*info };
         let inline = self.runtime().is_some_and(|rt| rt.inline_jumps);
         if inline && bb.plain_exit {
             // The next block's short form leaves the unwind check to this one.

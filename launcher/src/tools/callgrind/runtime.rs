@@ -3554,7 +3554,6 @@ mod tests {
         }
     }
 
-    /// The only test that touches the global [`jump`].
     /// The tests that arm the process's one inline state (`jump`) take turns.
     static INLINE_STATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
